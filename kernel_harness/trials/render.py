@@ -1,0 +1,94 @@
+"""Pictures of a trial tree: a rich tree for the terminal and a PNG for people.
+
+The PNG lays trials out by depth (x) and order (y) so a branch back to the
+best trial is visible at a glance; every node shows its id and speedup.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.tree import Tree
+
+from .insights import TreeInsights
+from .model import TreeState, Trial
+
+
+def describe_result(trial: Trial) -> str:
+    result = trial.result
+    if result is None:
+        return "[dim]no result yet[/dim]"
+    if not result.correct:
+        return "[red]incorrect[/red]"
+    timing = ""
+    if result.speedup is not None:
+        timing = f" {result.speedup:.2f}x ({result.baseline_us:.1f} us -> {result.kernel_us:.1f} us)"
+    return f"[green]correct[/green]{timing}"
+
+
+def rich_tree(state: TreeState, insights: TreeInsights) -> Tree:
+    root = Tree(f"[bold]{state.name}[/bold]  baseline: {state.baseline.path}")
+    nodes: dict[str | None, Tree] = {None: root}
+    best_id = insights.best.id if insights.best else None
+    for trial in state.trials:
+        marker = " [bold yellow]<- best[/bold yellow]" if trial.id == best_id else ""
+        label = f"[bold]{trial.id}[/bold] {describe_result(trial)}{marker}\n[dim]{trial.strategy}[/dim]"
+        nodes[trial.id] = nodes[trial.parent].add(label)
+    return root
+
+
+def _layout(state: TreeState) -> dict[str, tuple[float, float]]:
+    depth: dict[str, int] = {}
+    for trial in state.trials:
+        depth[trial.id] = 0 if trial.parent is None else depth[trial.parent] + 1
+    return {t.id: (float(depth[t.id]), -float(t.number)) for t in state.trials}
+
+
+def save_tree_png(state: TreeState, insights: TreeInsights, path: Path) -> Path:
+    """Draw the tree with each trial's speedup; the best trial is highlighted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    positions = _layout(state)
+    width = 3 + 2.6 * (max((x for x, _ in positions.values()), default=0) + 1)
+    height = 1.5 + 0.7 * max(len(state.trials), 1)
+    fig, ax = plt.subplots(figsize=(width, height))
+    best_id = insights.best.id if insights.best else None
+    for trial in state.trials:
+        if trial.parent is not None:
+            (x0, y0), (x1, y1) = positions[trial.parent], positions[trial.id]
+            ax.plot([x0, x0, x1], [y0, y1, y1], color="#999999", linewidth=1, zorder=1)
+    for trial in state.trials:
+        x, y = positions[trial.id]
+        result = trial.result
+        if result is None:
+            colour, text = "#dddddd", f"{trial.id}: no result"
+        elif not result.correct:
+            colour, text = "#f4a6a6", f"{trial.id}: incorrect"
+        else:
+            colour = "#ffd54f" if trial.id == best_id else "#a5d6a7"
+            text = f"{trial.id}: {result.speedup:.2f}x" if result.speedup else f"{trial.id}: correct"
+        strategy = trial.strategy if len(trial.strategy) <= 38 else trial.strategy[:35] + "..."
+        ax.annotate(
+            f"{text}\n{strategy}",
+            (x, y),
+            ha="left",
+            va="center",
+            fontsize=8,
+            bbox={"boxstyle": "round,pad=0.3", "facecolor": colour, "edgecolor": "#555555"},
+            zorder=2,
+        )
+    ax.set_xlim(-0.3, width / 2.6)
+    ax.set_ylim(-len(state.trials) - 0.2, 0.8)
+    ax.axis("off")
+    title = f"Trial tree {state.name}"
+    if insights.best is not None:
+        title += f"  (best {insights.best.id}: {insights.best.result.speedup:.2f}x)"
+    ax.set_title(title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path

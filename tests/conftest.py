@@ -1,0 +1,37 @@
+"""Shared test helpers: running the scripts as a user would, and shared fixtures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = PROJECT_ROOT / "scripts"
+
+try:  # the catalogue kernel, generated and built once per session (see fixtures_kernels.py)
+    from fixtures_kernels import *  # noqa: F401,F403
+except ImportError:  # pragma: no cover - only while the fixture module does not exist
+    pass
+
+
+def run_script(name: str, *args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``python scripts/<name>.py`` from ``cwd`` exactly as the procedure does."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / f"{name}.py"), *map(str, args)],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def script():
+    return run_script
