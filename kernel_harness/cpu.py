@@ -1,0 +1,88 @@
+"""What this CPU can run: ISA flags from ``/proc/cpuinfo`` and the kernel tiers.
+
+The kernels have three tiers (``generic``, ``avx2``, ``avx512``) and GEMM
+kernels may use AMX.  Tests must never assume the CPU, so they ask
+:func:`has_isa` and skip a tier with a reason instead.  The Linux kernel only
+lists a flag in ``/proc/cpuinfo`` when the OS also saves the registers
+(``avx512f`` disappears when XSAVE of the ZMM state is off), which is the same
+guarantee the kernels' own CPUID + XGETBV check gives.
+
+``KERNEL_HARNESS_CPU_FLAGS`` (space/comma separated) overrides the detected
+flags; tests use it to simulate a CPU without AVX512.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+
+CPUINFO_PATH = Path("/proc/cpuinfo")
+FLAGS_ENV_VAR = "KERNEL_HARNESS_CPU_FLAGS"
+
+#: Tiers from slowest to fastest; ``supported_tiers`` keeps this order.
+TIERS: tuple[str, ...] = ("generic", "avx2", "avx512")
+
+#: The flags each tier's code is compiled for (see the cxx-flags of the
+#: templates: element-wise AVX512 needs F/BW/VL/DQ-class plus BF16 conversions;
+#: AVX2 uses FMA and F16C for fp16).  ``amx`` is not a dispatcher tier but GEMM
+#: kernels test for it.
+REQUIRED_FLAGS: dict[str, frozenset[str]] = {
+    "generic": frozenset(),
+    "avx2": frozenset({"avx2", "fma", "f16c"}),
+    "avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}),
+    "amx": frozenset({"amx_tile", "amx_bf16", "amx_int8"}),
+}
+
+
+def _parse_flags(text: str) -> frozenset[str]:
+    # x86 says "flags", some other architectures "Features"; every core lists the
+    # same set on the machines we target, so the first line is enough.
+    for line in text.splitlines():
+        match = re.match(r"^(flags|Features)\s*:\s*(.*)$", line)
+        if match:
+            return frozenset(match.group(2).split())
+    return frozenset()
+
+
+@functools.lru_cache(maxsize=1)
+def _detected_flags() -> frozenset[str]:
+    try:
+        return _parse_flags(CPUINFO_PATH.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return frozenset()
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's ISA flags (lower case, as ``/proc/cpuinfo`` spells them)."""
+    override = os.environ.get(FLAGS_ENV_VAR)
+    if override is not None:
+        return frozenset(override.replace(",", " ").lower().split())
+    return _detected_flags()
+
+
+def has_isa(tier: str) -> bool:
+    """True when this CPU can run ``tier`` (``generic``, ``avx2``, ``avx512`` or ``amx``)."""
+    try:
+        required = REQUIRED_FLAGS[tier]
+    except KeyError:
+        raise ValueError(
+            f"unknown ISA tier {tier!r}; expected one of {', '.join(REQUIRED_FLAGS)}"
+        ) from None
+    return required <= cpu_flags()
+
+
+def missing_flags(tier: str) -> list[str]:
+    """The flags ``tier`` needs that this CPU lacks (for skip reasons and messages)."""
+    return sorted(REQUIRED_FLAGS[tier] - cpu_flags())
+
+
+def supported_tiers() -> list[str]:
+    """The dispatcher tiers this CPU can run, slowest first (always includes ``generic``)."""
+    return [tier for tier in TIERS if has_isa(tier)]
+
+
+def skip_reason(tier: str) -> str:
+    """A pytest skip reason for a tier this CPU cannot run."""
+    return f"this CPU lacks {tier} (missing flags: {', '.join(missing_flags(tier))})"

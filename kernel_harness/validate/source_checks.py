@@ -1,0 +1,180 @@
+"""Checks that read the C++ sources: ISA use, unfinished bodies, alignment, tails, thresholds.
+
+All of these are heuristics over comment-free text (see ``cxx_text``).  Errors
+are reserved for things that are certainly wrong (an intrinsic the flags do
+not enable fails to compile; ``KERNEL_TODO(`` is an unwritten body); the rest
+are warnings an agent should read, not obey blindly.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .cxx_text import Source
+from .findings import Report
+from .isa import LEVEL_NAMES, LEVEL_OF_FEATURE, enabled_features, flags_level, intrinsic_uses
+
+TODO_MARKER = "KERNEL_TODO("
+_TODO_DEFINE_RE = re.compile(r"^\s*#\s*define\s+KERNEL_TODO\s*\(")
+
+_TORCH_HEADER_RE = re.compile(r"^(torch/|ATen/|c10/|torch_binding\.h$|Python\.h$|pybind11/)")
+
+_ALIGNED_RE = re.compile(
+    r"\b(_mm(?:256|512)?_(?:load|store|stream)_(?:ps|pd|si256|si512|epi32|epi64)|_mm(?:256|512)?_stream_load_si(?:256|512))\s*\("
+)
+_ALIGNED_DECL_RE = re.compile(r"\balignas\s*\([^)]*\)\s*[\w:<>,\s]*?\b(\w+)\s*\[")
+_ASSUME_RE = re.compile(r"\b(\w+)\s*=\s*(?:\([^;]*?\))?\s*(?:static_cast<[^>]*>\s*\()?\s*(?:__builtin_assume_aligned|std::assume_aligned\s*<[^>]*>)\s*\(")
+_ASSUME_ARG_RE = re.compile(r"(?:__builtin_assume_aligned|std::assume_aligned\s*<[^>]*>)\s*\(\s*(\w+)")
+
+_MASK_TAIL_RE = re.compile(r"__mmask\d+|_mask_|_maskz_|maskload|maskstore|_cvtu32_mask|_bzhi_u32")
+_FOR_RE = re.compile(r"\bfor\s*\(([^;()]*);([^;]*);([^)]*)\)")
+_WHILE_TAIL_RE = re.compile(r"\bwhile\s*\(\s*\w+\s*<")
+_ZERO_INIT_RE = re.compile(r"^\s*(?:[\w:]+\s+)?\w+\s*=\s*0\s*$")
+
+_THRESHOLD_RE = re.compile(
+    r"threshold|\bk(?:Min|Small|Parallel|Omp|Grain)\w*|\b[A-Z][A-Z0-9_]*(?:MIN|THRESHOLD|SMALL|GRAIN)[A-Z0-9_]*\b|"
+    r"\b(?:numel|num_tokens|rows|n_rows|num_rows|size|total)\s*(?:\(\s*\))?\s*<=?\s*(?:\d{2,}|k\w+)",
+    re.IGNORECASE,
+)
+
+
+def check_todo_markers(report: Report, source: Source) -> None:
+    for number, line in enumerate(source.raw.splitlines(), 1):
+        if TODO_MARKER in line and not _TODO_DEFINE_RE.match(line):
+            report.error(
+                "unfinished-body",
+                source.rel,
+                number,
+                f"unfinished compute body: {line.strip()[:120]} -- write the body and remove the KERNEL_TODO marker",
+            )
+
+
+def unit_level(source: Source) -> int:
+    return max((LEVEL_OF_FEATURE.get(feature, 0) for _, _, feature, _ in intrinsic_uses(source.code)), default=0)
+
+
+def check_isa(report: Report, source: Source, section: str, flags: tuple[str, ...]) -> None:
+    """Every intrinsic must be enabled by the flags of the section that compiles it."""
+    enabled = enabled_features(flags)
+    reported: set[str] = set()
+    for word, offset, feature, flag in intrinsic_uses(source.code):
+        if feature in enabled or feature in reported:
+            continue
+        reported.add(feature)
+        report.error(
+            "isa-not-enabled",
+            source.rel,
+            source.line_of(offset),
+            f"{word} needs {feature}, which the cxx-flags of [{section}] do not enable "
+            f"(flags: {' '.join(flags) or 'none'}). Move this code to the {LEVEL_NAMES[LEVEL_OF_FEATURE.get(feature, 1)]} "
+            f"tier unit, or add {flag} to that section only if this unit is meant for that ISA.",
+        )
+
+
+def check_mixing(report: Report, section: str, flags: tuple[str, ...], units: list[Source], line: int | None, toml_rel: str) -> None:
+    """One tier = one ISA level: AVX2 code compiled with AVX512 flags may emit AVX512 (SIGILL on AVX2-only CPUs)."""
+    section_level = flags_level(flags)
+    levels = {unit.rel: unit_level(unit) for unit in units}
+    used = {level for level in levels.values() if level > 0}
+    if len(used) > 1:
+        described = ", ".join(f"{rel} ({LEVEL_NAMES[level]})" for rel, level in levels.items() if level)
+        report.error(
+            "mixed-isa",
+            toml_rel,
+            line,
+            f"[{section}] mixes ISA levels: {described}. Give each tier its own [kernel.*] section "
+            "with its own cxx-flags so the lower tier is never compiled with the higher tier's flags.",
+        )
+        return
+    if section_level == 2:
+        for rel, level in levels.items():
+            named_avx2 = re.search(r"avx2(?!\d)", rel.lower()) is not None
+            if level == 1 or (named_avx2 and level != 2):
+                report.error(
+                    "mixed-isa",
+                    rel,
+                    None,
+                    f"{rel} is an AVX2-level unit but [{section}] compiles it with AVX512 flags "
+                    f"({' '.join(flags)}); the compiler may then emit AVX512 instructions in the AVX2 tier, "
+                    "which crash with SIGILL on CPUs without AVX512. Move it to the AVX2 section.",
+                )
+
+
+def check_torch_in_tier(report: Report, source: Source, section: str) -> None:
+    for header, number in source.includes():
+        if _TORCH_HEADER_RE.match(header):
+            report.warning(
+                "torch-in-tier",
+                source.rel,
+                number,
+                f"#include <{header}> in a SIMD tier unit of [{section}]: torch headers make this unit take "
+                "10+ s instead of ~1 s to recompile. Pass raw pointers and sizes from the bridge instead.",
+            )
+
+
+def _aligned_names(code: str) -> set[str]:
+    names = {m.group(1) for m in _ALIGNED_DECL_RE.finditer(code)}
+    names |= {m.group(1) for m in _ASSUME_RE.finditer(code)}
+    names |= {m.group(1) for m in _ASSUME_ARG_RE.finditer(code)}
+    return names
+
+
+def _pointer_base(code: str, start: int) -> str | None:
+    """The identifier at the start of the first argument of the call that opens at ``start``."""
+    match = re.match(r"\s*\(?\s*(?:\(\s*[\w:\s*<>]+\)\s*)?(?:reinterpret_cast<[^>]*>\s*\(\s*)?&?\s*(\w+)", code[start:])
+    return match.group(1) if match else None
+
+
+def check_aligned_access(report: Report, source: Source) -> None:
+    aligned = _aligned_names(source.code)
+    for match in _ALIGNED_RE.finditer(source.code):
+        base = _pointer_base(source.code, match.end())
+        if base is not None and base in aligned:
+            continue
+        report.warning(
+            "aligned-access",
+            source.rel,
+            source.line_of(match.start()),
+            f"{match.group(1)} requires a {64 if '512' in match.group(1) else 32}-byte aligned address but "
+            f"{base or 'the pointer'} is not known to be aligned (tensor storage and row offsets often are not); "
+            "use the unaligned loadu/storeu form, or declare the buffer alignas(64) / __builtin_assume_aligned.",
+        )
+
+
+def _has_tail(code: str) -> bool:
+    """Masked loads/stores, or a scalar loop that continues where a vector loop stopped."""
+    if _MASK_TAIL_RE.search(code) or _WHILE_TAIL_RE.search(code):
+        return True
+    for loop in _FOR_RE.finditer(code):
+        init, _, step = loop.groups()
+        scalar_step = re.search(r"\+\+|\+=\s*1\b", step) is not None
+        if scalar_step and not _ZERO_INIT_RE.match(init):
+            return True  # e.g. for (; i < n; ++i) or for (j = full; j < n; ++j)
+    return False
+
+
+def check_tail(report: Report, source: Source) -> None:
+    loops = [m for m in _FOR_RE.finditer(source.code) if re.search(r"\+=\s*(?!1\b)\S", m.group(3))]
+    if not loops or not intrinsic_uses(source.code) or _has_tail(source.code):
+        return
+    report.warning(
+        "no-tail-handling",
+        source.rel,
+        source.line_of(loops[0].start()),
+        "this SIMD loop steps by a vector width but no tail handling was seen (no masked load/store, "
+        "no remainder loop): sizes that are not a multiple of the vector width read and write out of bounds. "
+        "Handle the last n % width elements with a mask (__mmask16) or a scalar loop.",
+    )
+
+
+def check_threshold(report: Report, source: Source) -> None:
+    if _THRESHOLD_RE.search(source.code):
+        return
+    report.warning(
+        "no-size-threshold",
+        source.rel,
+        None,
+        "the dispatcher has no small-size threshold: on tiny inputs the SIMD tier plus OpenMP start-up is "
+        "slower than ATen, so compare the number of rows/elements with a constant (e.g. kMinRowsForSimd) "
+        "and call the generic tier below it.",
+    )

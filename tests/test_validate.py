@@ -1,0 +1,249 @@
+"""scripts/validate_cpu_kernel.py: one test per error and warning, each on a mutated copy of a good kernel."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernel_harness.validate import ERROR_CODES, WARNING_CODES, validate_kernel
+
+GOOD_KERNEL = Path(__file__).parent / "data" / "build_kernels" / "kh_scale"
+AVX512 = "kh_scale_cpu/kh_scale_avx512.cpp"
+AVX2 = "kh_scale_cpu/kh_scale_avx2.cpp"
+DISPATCH = "kh_scale_cpu/kh_scale_cpu.cpp"
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Path:
+    target = tmp_path / "kernel"
+    shutil.copytree(GOOD_KERNEL, target, ignore=shutil.ignore_patterns("build", "dist", "__pycache__"))
+    return target
+
+
+def edit(kernel: Path, rel: str, old: str, new: str) -> None:
+    path = kernel / rel
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {rel}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def codes(kernel: Path) -> tuple[set[str], set[str]]:
+    report = validate_kernel(kernel)
+    return {f.code for f in report.errors}, {f.code for f in report.warnings}
+
+
+def only_error(kernel: Path, code: str):
+    report = validate_kernel(kernel)
+    assert [f.code for f in report.errors] == [code], report.as_dict()
+    return report.errors[0]
+
+
+def test_good_kernel_is_clean(kernel: Path) -> None:
+    report = validate_kernel(kernel)
+    assert report.ok and report.errors == [] and report.warnings == [], report.as_dict()
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_no_build_toml(kernel: Path) -> None:
+    (kernel / "build.toml").unlink()
+    finding = only_error(kernel, "missing-build-toml")
+    assert finding.file == "build.toml"
+
+
+def test_unparsable_build_toml(kernel: Path) -> None:
+    edit(kernel, "build.toml", "[torch]", "[torch")
+    finding = only_error(kernel, "toml-syntax")
+    assert finding.line == 9
+
+
+def test_unknown_key(kernel: Path) -> None:
+    edit(kernel, "build.toml", 'cxx-flags = ["-mavx2"', 'cxx_flags = ["-O3"]\ncxx-flags = ["-mavx2"')
+    finding = only_error(kernel, "unknown-key")
+    assert "cxx_flags" in finding.message and finding.line is not None
+
+
+def test_missing_key(kernel: Path) -> None:
+    edit(kernel, "build.toml", 'license = "apache-2.0"\n', "")
+    finding = only_error(kernel, "missing-key")
+    assert "'license'" in finding.message
+
+
+def test_wrong_type(kernel: Path) -> None:
+    edit(kernel, "build.toml", "version = 1", 'version = "1"')
+    finding = only_error(kernel, "wrong-type")
+    assert "general.version" in finding.message and finding.line == 4
+
+
+def test_invalid_value(kernel: Path) -> None:
+    edit(kernel, "build.toml", "edition = 5", "edition = 3")
+    assert "must be 5" in only_error(kernel, "invalid-value").message
+
+
+def test_no_cpu_kernel_section(kernel: Path) -> None:
+    text = (kernel / "build.toml").read_text()
+    (kernel / "build.toml").write_text(text[: text.index("[kernel.")])
+    errors, _ = codes(kernel)
+    assert "no-cpu-kernel" in errors
+
+
+def test_no_torch_binding(kernel: Path) -> None:
+    (kernel / "torch-ext" / "torch_binding.cpp").unlink()
+    errors, _ = codes(kernel)
+    assert "missing-binding" in errors
+
+
+def test_listed_source_missing(kernel: Path) -> None:
+    (kernel / AVX2).unlink()
+    finding = only_error(kernel, "missing-source")
+    assert AVX2 in finding.message and finding.file == "build.toml" and finding.line is not None
+
+
+def test_cpp_on_disk_in_no_section(kernel: Path) -> None:
+    (kernel / "kh_scale_cpu" / "extra.cpp").write_text("int extra() { return 1; }\n")
+    finding = only_error(kernel, "unlisted-source")
+    assert finding.file == "kh_scale_cpu/extra.cpp"
+
+
+def test_simd_section_without_openmp(kernel: Path) -> None:
+    edit(kernel, "build.toml", '"-mavx512vl", "-fopenmp"]', '"-mavx512vl"]')
+    finding = only_error(kernel, "simd-without-openmp")
+    assert "kernel.kh_scale_cpu_avx512" in finding.message
+
+
+def test_section_without_include(kernel: Path) -> None:
+    edit(kernel, "build.toml", 'include = ["kh_scale_cpu"]\nsrc = ["kh_scale_cpu/kh_scale_avx2.cpp"]', 'src = ["kh_scale_cpu/kh_scale_avx2.cpp"]')
+    finding = only_error(kernel, "missing-include")
+    assert 'include = ["kh_scale_cpu"]' in finding.message
+
+
+def test_avx512_intrinsic_in_avx2_tier(kernel: Path) -> None:
+    edit(kernel, AVX2, "  for (; i < n; ++i)", "  __m512 z = _mm512_setzero_ps(); (void)z;\n  for (; i < n; ++i)")
+    report = validate_kernel(kernel)
+    found = [f for f in report.errors if f.code == "isa-not-enabled"]
+    assert found and found[0].file == AVX2 and "avx512f" in found[0].message and found[0].line is not None
+
+
+def test_intrinsic_in_generic_unit(kernel: Path) -> None:
+    edit(kernel, DISPATCH, "#include <cstdlib>", "#include <cstdlib>\n#include <immintrin.h>\nstatic __m256 g() { return _mm256_setzero_ps(); }")
+    finding = only_error(kernel, "isa-not-enabled")
+    assert finding.file == DISPATCH and "-mavx2" in finding.message
+
+
+def test_intrinsic_in_binding_unit(kernel: Path) -> None:
+    edit(kernel, "torch-ext/torch_binding.cpp", '#include "registration.h"', '#include "registration.h"\n#include <immintrin.h>\nstatic __m512 z() { return _mm512_setzero_ps(); }')
+    finding = only_error(kernel, "isa-not-enabled")
+    assert finding.file == "torch-ext/torch_binding.cpp" and "[torch]" in finding.message
+
+
+def test_bf16_intrinsic_without_bf16_flag(kernel: Path) -> None:
+    edit(kernel, "build.toml", '"-mavx512bf16", ', "")
+    edit(kernel, AVX512, "namespace kh_scale_cpu {", "namespace kh_scale_cpu {\n__m256bh to_bf16(__m512 v) { return _mm512_cvtneps_pbh(v); }")
+    finding = only_error(kernel, "isa-not-enabled")
+    assert "avx512bf16" in finding.message and "-mavx512bf16" in finding.message
+
+
+def test_one_tier_mixing_isa_levels(kernel: Path) -> None:
+    # the AVX2 unit moved into the AVX512 section: compiled with AVX512 flags
+    edit(kernel, "build.toml", 'src = ["kh_scale_cpu/kh_scale_avx2.cpp"]\n', 'src = []\n')
+    edit(kernel, "build.toml", 'src = ["kh_scale_cpu/kh_scale_avx512.cpp"]', 'src = ["kh_scale_cpu/kh_scale_avx512.cpp", "kh_scale_cpu/kh_scale_avx2.cpp"]')
+    errors, _ = codes(kernel)
+    assert "mixed-isa" in errors
+
+
+def test_avx2_unit_in_avx512_section(kernel: Path) -> None:
+    edit(kernel, "build.toml", 'cxx-flags = ["-mavx2", "-mfma", "-mf16c", "-fopenmp"]', 'cxx-flags = ["-mavx512f", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]')
+    finding = only_error(kernel, "mixed-isa")
+    assert finding.file == AVX2 and "SIGILL" in finding.message
+
+
+def test_unfinished_compute_body(kernel: Path) -> None:
+    edit(kernel, AVX512, "  const __m512 a = _mm512_set1_ps(alpha);", '  KERNEL_TODO("write the AVX512 body");\n  const __m512 a = _mm512_set1_ps(alpha);')
+    edit(kernel, AVX2, "  const __m256 a", '  KERNEL_TODO("write the AVX2 body");\n  const __m256 a')
+    (kernel / "kh_scale_cpu" / "todo.hpp").write_text('#pragma once\n#define KERNEL_TODO(msg) static_assert(false, msg)\n')
+    report = validate_kernel(kernel)
+    todo = [f for f in report.errors if f.code == "unfinished-body"]
+    assert {(f.file, f.line) for f in todo} == {(AVX512, 9), (AVX2, 8)}  # every occurrence, not the #define
+    assert all(f.code == "unfinished-body" for f in report.errors)
+
+
+# ----------------------------------------------------------------------------- warnings
+
+
+def only_warning(kernel: Path, code: str):
+    report = validate_kernel(kernel)
+    assert report.errors == [], report.as_dict()
+    assert [f.code for f in report.warnings] == [code], report.as_dict()
+    return report.warnings[0]
+
+
+def test_aligned_load_on_unknown_pointer(kernel: Path) -> None:
+    edit(kernel, AVX512, "_mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), a))", "_mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_load_ps(x + i), a))")
+    finding = only_warning(kernel, "aligned-access")
+    assert finding.file == AVX512 and finding.line == 13 and "_mm512_load_ps" in finding.message
+
+
+def test_aligned_access_on_alignas_buffer_is_fine(kernel: Path) -> None:
+    edit(kernel, AVX512, "  if (full < n) {", "  alignas(64) float buf[16];\n  _mm512_store_ps(buf, a);\n  if (full < n) {")
+    assert validate_kernel(kernel).warnings == []
+
+
+def test_simd_loop_without_tail(kernel: Path) -> None:
+    edit(kernel, AVX2, "  for (; i < n; ++i) out[i] = x[i] * alpha;  // tail\n", "")
+    finding = only_warning(kernel, "no-tail-handling")
+    assert finding.file == AVX2 and finding.line == 10
+
+
+def test_dispatcher_without_threshold(kernel: Path) -> None:
+    edit(kernel, DISPATCH, "constexpr int64_t kMinSimdElements = 64;\n", "")
+    edit(kernel, DISPATCH, "input.numel() < kMinSimdElements && ", "")
+    finding = only_warning(kernel, "no-size-threshold")
+    assert finding.file == DISPATCH
+
+
+def test_torch_header_in_tier_unit(kernel: Path) -> None:
+    edit(kernel, AVX512, "#include <omp.h>", "#include <omp.h>\n#include <ATen/ATen.h>")
+    finding = only_warning(kernel, "torch-in-tier")
+    assert finding.file == AVX512 and finding.line == 4
+
+
+def test_underscore_name_warns_about_kernel_builder(kernel: Path) -> None:
+    edit(kernel, "build.toml", 'name = "kh-scale"', 'name = "kh_scale"')
+    finding = only_warning(kernel, "kernel-builder-name")
+    assert "'kh-scale'" in finding.message
+
+
+def test_every_code_has_a_test() -> None:
+    source = Path(__file__).read_text()
+    untested = [c for c in [*ERROR_CODES, *WARNING_CODES] if f'"{c}"' not in source.replace("'", '"')]
+    assert untested == []
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli_json_and_exit_codes(kernel: Path, script, tmp_path: Path) -> None:
+    ok = script("validate_cpu_kernel", kernel, "--json", tmp_path / "ok.json", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    payload = json.loads((tmp_path / "ok.json").read_text())
+    assert payload["ok"] is True and payload["errors"] == [] and payload["warnings"] == []
+
+    edit(kernel, "build.toml", '"-mavx512vl", "-fopenmp"]', '"-mavx512vl"]')
+    (kernel / "kh_scale_cpu" / "extra.cpp").write_text("int extra();\n")
+    bad = script("validate_cpu_kernel", kernel, "--json", tmp_path / "bad.json", cwd=tmp_path)
+    assert bad.returncode == 1
+    assert "simd-without-openmp" in bad.stdout and "unlisted-source" in bad.stdout
+    payload = json.loads((tmp_path / "bad.json").read_text())
+    assert payload["ok"] is False
+    assert {e["code"] for e in payload["errors"]} == {"simd-without-openmp", "unlisted-source"}
+    assert all(set(e) == {"code", "file", "line", "message"} for e in payload["errors"])
+
+
+def test_cli_on_missing_directory_is_usage_error(script, tmp_path: Path) -> None:
+    result = script("validate_cpu_kernel", tmp_path / "nope", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "not a directory" in result.stderr
