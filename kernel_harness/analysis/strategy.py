@@ -1,0 +1,204 @@
+"""The suggested SIMD strategy for a kind of op on this machine, and what to read.
+
+The advice is deliberately concrete (vector width, lanes, masks, threading
+axis and threshold, which GEMM path for which M) because the agent turns it
+directly into the AVX512 tier.  Reference ids must be ids the references
+helper ships; :data:`KNOWN_REFERENCE_IDS` is that contract and
+:func:`check_reference_ids` verifies suggestions against the live catalogue
+when ``kernel_harness.references`` exists.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..machine import MachineProfile
+from .roofline import AMX_MIN_M
+
+KNOWN_REFERENCE_IDS: frozenset[str] = frozenset(
+    {
+        "bf16-rne-conversion", "bf16-truncation-bug", "fp16-f16c-conversion", "horizontal-sum",
+        "horizontal-max", "masked-tail", "vectorized-exp", "vectorized-tanh", "vectorized-erf",
+        "vectorized-sigmoid", "reduction-order", "multiple-accumulators", "unroll-and-prefetch",
+        "software-prefetch", "non-temporal-stores", "first-touch-page-faults", "out-parameter-api",
+        "single-pass-row-in-cache", "cache-blocking", "omp-row-parallel", "omp-small-size-threshold",
+        "shared-openmp-runtime", "avx512-bf16-dot", "bf16-accumulate-fp32", "fp16-accumulate-fp32",
+        "amx-tile-config", "amx-linux-permission", "cpublas-brgemm", "vnni-packing",
+        "int8-dequant-gemm", "int4-dequant-gemm", "level-vectorize", "level-threading",
+        "level-memory-traffic", "level-fusion", "level-algorithm",
+    }
+)
+
+#: Work below this many microseconds on one thread is not worth an OpenMP fork/join
+#: (a parallel region costs a few microseconds to start and join on this class of machine).
+PARALLEL_MIN_US = 20.0
+
+
+def check_reference_ids(ids: list[str]) -> list[str]:
+    """Drop ids the live catalogue does not know (never invent a cross-reference)."""
+    allowed = set(KNOWN_REFERENCE_IDS)
+    try:
+        from ..references import reference_ids  # owned by the references helper
+    except ImportError:
+        pass
+    else:
+        try:
+            live = set(reference_ids())
+        except Exception:  # noqa: BLE001 - a broken catalogue must not break the analysis
+            live = set()
+        if live:
+            allowed &= live
+    return [ref for ref in dict.fromkeys(ids) if ref in allowed]
+
+
+def _vector(machine: MachineProfile, dtype: str) -> dict[str, Any]:
+    avx512 = machine.has_flag("avx512f")
+    bits = 512 if avx512 else 256
+    lanes_fp32 = bits // 32
+    data: dict[str, Any] = {
+        "isa": "avx512" if avx512 else "avx2",
+        "vector_bits": bits,
+        "lanes": {"fp32": lanes_fp32, "bf16": bits // 16, "fp16": bits // 16},
+        "compute_lanes_fp32": lanes_fp32,
+        "accumulate_dtype": "fp64" if dtype == "fp64" else "fp32",
+    }
+    if dtype == "bf16":
+        data["load_store"] = (
+            f"load {lanes_fp32} bf16 (a {bits // 2}-bit half register), widen to fp32 by a 16-bit left shift "
+            "(cvtepu16 + slli), compute in fp32, narrow with round-to-nearest-even"
+            + (" (_mm512_cvtneps_pbh, AVX512-BF16)" if machine.has_flag("avx512_bf16") else " (integer RNE sequence)")
+            + " - never by truncation"
+        )
+    elif dtype == "fp16":
+        data["load_store"] = (
+            f"load {lanes_fp32} fp16, widen with {'_mm512_cvtph_ps' if avx512 else '_mm256_cvtph_ps (F16C)'}, "
+            "compute in fp32, narrow with cvtps_ph(_MM_FROUND_TO_NEAREST_INT)"
+        )
+    else:
+        data["load_store"] = f"{lanes_fp32} fp32 per {'zmm' if avx512 else 'ymm'} register, unaligned loads"
+    data["tail"] = (
+        "mask the last partial vector: __mmask16 m = (1u << rem) - 1 with _mm512_maskz_loadu_ps / _mm512_mask_storeu_ps"
+        if avx512 else "mask the last partial vector with _mm256_maskload_ps / _mm256_maskstore_ps (or a scalar loop)"
+    )
+    return data
+
+
+def _threading(machine: MachineProfile, row_bytes: int | None, axis: str) -> dict[str, Any]:
+    bw_1t = machine.bandwidth.copy_prealloc_gbs_1t or 1.0
+    min_bytes = int(bw_1t * 1e3 * PARALLEL_MIN_US)  # bytes one thread streams in PARALLEL_MIN_US
+    data: dict[str, Any] = {
+        "threads": machine.logical_cpus,
+        "axis": axis,
+        "single_thread_below_bytes": min_bytes,
+        "rule": (
+            f"run on one thread when the op moves fewer than ~{min_bytes // 1024} KiB (about "
+            f"{PARALLEL_MIN_US:g} us of single-thread streaming here); if the kernel is still slower than the "
+            "baseline on such sizes, dispatch them to the ATen fallback"
+        ),
+    }
+    if row_bytes:
+        data["num_tokens_threshold"] = max(1, math.ceil(min_bytes / row_bytes))
+    return data
+
+
+def gemm_path(dtype: str, m: int | None, machine: MachineProfile) -> tuple[str, str]:
+    """Which GEMM micro-kernel fits this dtype and row count M here, and why."""
+    amx = machine.has_flag("amx_bf16") and machine.has_flag("amx_tile")
+    if dtype == "bf16" and amx and (m is None or m >= AMX_MIN_M):
+        return "amx-brgemm", (f"M {'>= ' + str(AMX_MIN_M) if m is None else '= ' + str(m)}: AMX bf16 tiles via "
+                              "at::native::cpublas::brgemm (or hand-written tile code), weights packed to VNNI")
+    if dtype == "bf16" and machine.has_flag("avx512_bf16"):
+        return "avx512-bf16-dot", (f"M = {m} < {AMX_MIN_M}: a GEMV-like shape; AMX tiles would be mostly empty, "
+                                   "_mm512_dpbf16_ps over pairs of K with fp32 accumulators is faster"
+                                   if amx else "no AMX here: _mm512_dpbf16_ps over pairs of K with fp32 accumulators")
+    return ("avx512-fma" if machine.has_flag("avx512f") else "avx2-fma",
+            "register-blocked FMA micro-kernel (e.g. 4 rows x 2-3 vector columns) or cpublas brgemm")
+
+
+def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile, *,
+                  row_bytes: int | None = None, gemm_m: int | None = None, name: str = "") -> dict[str, Any]:
+    """The strategy block of the report (stable keys, see docs/analysis.md)."""
+    vector = _vector(machine, dtype)
+    lowered = name.lower()
+    refs: list[str] = ["level-vectorize"]
+    steps: list[str] = []
+    if dtype == "bf16":
+        refs += ["bf16-rne-conversion", "bf16-truncation-bug", "bf16-accumulate-fp32"]
+    elif dtype == "fp16":
+        refs += ["fp16-f16c-conversion", "fp16-accumulate-fp32"]
+    gemm: dict[str, Any] | None = None
+
+    if kind == "elementwise":
+        threading = _threading(machine, row_bytes, "flat index range (or rows), contiguous chunks per thread")
+        steps = [
+            f"one pass: load {vector['compute_lanes_fp32']} elements, compute in fp32, store; unroll 2-4x",
+            "masked tail instead of a scalar remainder loop",
+            "accept out= so callers can reuse the output buffer (fresh outputs page-fault)",
+        ]
+        refs += ["masked-tail", "unroll-and-prefetch", "omp-row-parallel", "omp-small-size-threshold",
+                 "out-parameter-api", "first-touch-page-faults", "non-temporal-stores", "level-memory-traffic"]
+        if "silu" in lowered or "sigmoid" in lowered or "swish" in lowered:
+            refs.append("vectorized-sigmoid")
+            refs.append("vectorized-exp")
+        if "gelu" in lowered:
+            refs += ["vectorized-erf", "vectorized-tanh"]
+        if "and_mul" in lowered or "glu" in lowered:
+            steps.append("gated: read both halves of each row in the same pass and write half a row")
+            refs.append("level-fusion")
+    elif kind == "reduction":
+        threading = _threading(machine, row_bytes, "rows (tokens): one thread owns whole rows, no cross-thread reduction")
+        steps = [
+            "per row: accumulate in fp32 with 2-4 independent vector accumulators, then one horizontal reduce",
+            "keep the row in L1/L2 between the statistics pass and the normalise pass (one DRAM read)",
+            "masked tail for the row remainder",
+        ]
+        refs += ["multiple-accumulators", "horizontal-sum", "reduction-order", "single-pass-row-in-cache",
+                 "masked-tail", "omp-row-parallel", "omp-small-size-threshold", "out-parameter-api",
+                 "first-touch-page-faults", "level-memory-traffic"]
+        if category == "softmax" or "softmax" in lowered:
+            refs += ["horizontal-max", "vectorized-exp"]
+            steps.insert(0, "online or two-pass softmax: row max, exp(x - max) and sum, then scale by 1/sum")
+        if "add" in lowered:
+            refs.append("level-fusion")
+    elif kind == "gemm":
+        m = gemm_m
+        path, why = gemm_path(dtype, m, machine)
+        gemm = {"path": path, "why": why, "amx_min_m": AMX_MIN_M, "m": m}
+        threading = _threading(machine, None, "N blocks of the weight (each thread owns output columns); "
+                                               "add M blocks when M is large")
+        steps = [why, "block K and N so the weight panel stays in L2 (cache blocking)",
+                 "accumulate in fp32; convert to the output dtype once per tile"]
+        refs += ["cpublas-brgemm", "cache-blocking", "level-algorithm", "omp-row-parallel"]
+        if path == "amx-brgemm":
+            refs += ["amx-tile-config", "amx-linux-permission", "vnni-packing"]
+        if path == "avx512-bf16-dot" or dtype == "bf16":
+            refs += ["avx512-bf16-dot", "vnni-packing"]
+        if any(q in lowered for q in ("int8", "w8", "i8", "quant", "q8")):
+            refs.append("int8-dequant-gemm")
+        if any(q in lowered for q in ("int4", "w4", "q4", "awq", "gptq")):
+            refs.append("int4-dequant-gemm")
+        if category == "moe":
+            steps.append("MoE: group tokens by expert first; each expert's GEMM has few rows, pick the path per expert M")
+    else:  # attention
+        threading = _threading(machine, None, "(batch, head, query block): each thread owns query blocks")
+        attn_path = "amx-brgemm" if dtype == "bf16" and machine.has_flag("amx_bf16") else (
+            "avx512-fma" if machine.has_flag("avx512f") else "avx2-fma")
+        gemm = {"path": attn_path, "why": "QK^T and PV are GEMMs over a block of queries", "amx_min_m": AMX_MIN_M, "m": gemm_m}
+        steps = [
+            "flash-attention blocking: for a block of queries, loop over key blocks, QK^T, online softmax "
+            "(running max and sum), accumulate P.V in fp32; never materialise the L x S matrix",
+            "vectorised exp for the softmax; rescale the accumulator when the running max changes",
+        ]
+        refs += ["cache-blocking", "cpublas-brgemm", "vectorized-exp", "horizontal-max", "horizontal-sum",
+                 "omp-row-parallel", "level-fusion", "level-algorithm"]
+        if attn_path == "amx-brgemm":
+            refs += ["amx-tile-config", "amx-linux-permission", "vnni-packing"]
+    refs.append("shared-openmp-runtime")
+    return {
+        "vector": vector,
+        "threading": threading,
+        "gemm": gemm,
+        "steps": steps,
+        "references": check_reference_ids(refs),
+    }

@@ -1,0 +1,137 @@
+"""The child process of ``cpu_profiler.py``: loads the kernel and calls it repeatedly.
+
+A kernel is native code that may crash or hang, so it never runs in the
+profiler's own process.  Two modes:
+
+* ``measure``: time the op with all threads and with one thread, time it
+  with ``out=`` a preallocated buffer when the function accepts one, and time
+  allocating + first-touching a buffer of the output's size; write the numbers
+  as JSON to ``--result``.
+* ``loop``: warm up (so the OpenMP pool exists), print ``READY`` on stdout,
+  then call the op until ``--seconds`` have passed while the parent attaches
+  ``perf stat -p`` (or VTune) for a fixed window; write calls/second to ``--result``.
+
+Run as ``python -m kernel_harness.profiling.child --kernel-package P --op P.f --baseline B ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..baseline import load_baseline
+from ..kernel_loader import load_kernel_module, resolve_op
+
+
+def _first_tensor(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _time_calls(fn: Callable[[], Any], *, min_seconds: float, max_calls: int = 100000) -> dict[str, float]:
+    """Median and min per-call microseconds over at least ``min_seconds`` (after 3 warm-up calls)."""
+    for _ in range(3):
+        fn()
+    samples: list[float] = []
+    start = time.perf_counter()
+    while (time.perf_counter() - start < min_seconds or len(samples) < 5) and len(samples) < max_calls:
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    return {"median_us": statistics.median(samples), "min_us": min(samples), "calls": len(samples)}
+
+
+def accepts_out(fn: Callable[..., Any]) -> bool:
+    try:
+        return "out" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins / torch ops without a Python signature
+        return False
+
+
+def measure(op: Callable[..., Any], inputs: list[Any], *, seconds: float) -> dict[str, Any]:
+    threads = torch.get_num_threads()
+    result: dict[str, Any] = {"threads": threads}
+    output = op(*inputs)
+    out_tensor = _first_tensor(output)
+    result["output_bytes"] = int(out_tensor.numel() * out_tensor.element_size()) if out_tensor is not None else 0
+    result["output_is_single_tensor"] = isinstance(output, torch.Tensor)
+    result["all_threads"] = _time_calls(lambda: op(*inputs), min_seconds=seconds)
+    try:
+        torch.set_num_threads(1)  # the kernel's OpenMP regions share torch's runtime and see this
+        result["one_thread"] = _time_calls(lambda: op(*inputs), min_seconds=seconds)
+    finally:
+        torch.set_num_threads(threads)
+    result["accepts_out"] = accepts_out(op) and isinstance(output, torch.Tensor)
+    if result["accepts_out"]:
+        buffer = torch.empty_like(output)
+        try:
+            result["with_out"] = _time_calls(lambda: op(*inputs, out=buffer), min_seconds=seconds)
+        except Exception as exc:  # noqa: BLE001 - report, do not fail the profile
+            result["accepts_out"] = False
+            result["out_error"] = f"{type(exc).__name__}: {exc}"
+    if out_tensor is not None:
+        # The cost of a fresh output: allocate and first-touch it (page faults), vs writing a warm buffer.
+        shape, dtype = out_tensor.shape, out_tensor.dtype
+        warm = torch.empty(shape, dtype=dtype)
+        warm.zero_()
+        result["alloc_touch"] = _time_calls(lambda: torch.empty(shape, dtype=dtype).zero_(), min_seconds=seconds / 2)
+        result["touch_prealloc"] = _time_calls(lambda: warm.zero_(), min_seconds=seconds / 2)
+    return result
+
+
+def loop(op: Callable[..., Any], inputs: list[Any], *, seconds: float) -> dict[str, Any]:
+    for _ in range(3):
+        op(*inputs)
+    print("READY", flush=True)
+    calls = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        op(*inputs)
+        calls += 1
+    elapsed = time.perf_counter() - start
+    return {"calls": calls, "seconds": elapsed, "us_per_call": elapsed / max(1, calls) * 1e6}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kernel-package", required=True)
+    parser.add_argument("--op", required=True)
+    parser.add_argument("--baseline", required=True, type=Path)
+    parser.add_argument("--mode", choices=("measure", "loop"), required=True)
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--result", required=True, type=Path)
+    args = parser.parse_args(argv)
+    payload: dict[str, Any]
+    try:
+        module = load_kernel_module(args.kernel_package)
+        op = resolve_op(module, args.op)
+        inputs = load_baseline(args.baseline).draw_inputs(args.seed)
+        with torch.no_grad():
+            payload = (measure if args.mode == "measure" else loop)(op, inputs, seconds=args.seconds)
+        payload["ok"] = True
+    except Exception as exc:  # noqa: BLE001 - the parent turns this into a clear message
+        payload = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                   "harness_error": getattr(exc, "exit_code", None) is not None,
+                   "exit_code": int(getattr(exc, "exit_code", 3))}
+    args.result.write_text(json.dumps(payload), encoding="utf-8")
+    return 0 if payload.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

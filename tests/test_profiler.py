@@ -1,0 +1,285 @@
+"""cpu_profiler.py: perf stat parsing and interpretation, the no-counters path, the roofline profile."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from kernel_harness.analysis.strategy import KNOWN_REFERENCE_IDS
+from kernel_harness.errors import UsageError
+from kernel_harness.profiling import (interpret, parse_perf_stat, perf_status, resolve_baseline, roofline_profile,
+                                      roofline_suggestions)
+from test_machine import fake_profile, install_fake_profile
+
+DATA = Path(__file__).resolve().parent / "data" / "analysis"
+PYKERNELS = DATA / "pykernels"
+SMALL_BASELINE = DATA / "small_rms_norm_baseline.py"
+
+STREAMING = {"cycles": 7993118401.0, "instructions": 5271066183.0, "L1-dcache-loads": 1698540127.0,
+             "L1-dcache-load-misses": 201117354.0, "LLC-loads": 98342117.0, "LLC-load-misses": 61203366.0,
+             "branches": 402917731.0, "branch-misses": 48350127.0}
+
+
+# ------------------------------------------------------------------ parsing real perf output
+
+
+def test_parse_human_and_csv_formats_agree() -> None:
+    human = parse_perf_stat((DATA / "perf_stat_streaming.txt").read_text())
+    csv = parse_perf_stat((DATA / "perf_stat_streaming.csv").read_text())
+    assert human.values == STREAMING and csv.values == STREAMING
+    assert human.elapsed_seconds == pytest.approx(3.001911203)
+    metrics = csv.metrics()
+    assert metrics["ipc"] == pytest.approx(5271066183 / 7993118401)
+    assert metrics["llc_miss_rate"] == pytest.approx(61203366 / 98342117)
+    assert metrics["l1d_miss_rate"] == pytest.approx(0.1184, abs=1e-4)
+    assert metrics["branch_miss_rate"] == pytest.approx(0.12, abs=1e-4)
+
+
+def test_hybrid_cpu_lines_add_up() -> None:
+    counters = parse_perf_stat((DATA / "perf_stat_hybrid.txt").read_text())
+    assert counters.get("cycles") == 2.5e9 and counters.get("instructions") == 7e9
+    assert counters.metrics()["ipc"] == pytest.approx(2.8)
+
+
+@pytest.mark.parametrize("name", ["perf_stat_not_supported.txt", "perf_stat_not_supported.csv"])
+def test_not_supported_counters(name: str) -> None:
+    counters = parse_perf_stat((DATA / name).read_text())
+    assert "cycles" in counters.values and counters.get("cycles") is None
+    assert not counters.supported and interpret(counters) == []
+
+
+# ------------------------------------------------------------------ interpretation
+
+
+def test_low_ipc_fma_loop_is_not_called_memory_bound() -> None:
+    findings = interpret(parse_perf_stat((DATA / "perf_stat_fma_loop.txt").read_text()))
+    assert findings[0].finding.startswith("latency-bound")
+    assert "not memory-bound" in findings[0].finding
+    assert "multiple-accumulators" in findings[0].references
+    # The same counters from a loop at 80% of the FMA peak: low IPC is expected there.
+    saturated = interpret(parse_perf_stat((DATA / "perf_stat_fma_loop.txt").read_text()), compute_fraction=0.8)
+    assert saturated[0].finding == "compute-bound at the vector peak"
+
+
+def test_low_ipc_with_high_llc_misses_is_memory_bound_and_branches_flagged() -> None:
+    findings = interpret(parse_perf_stat((DATA / "perf_stat_streaming.csv").read_text()))
+    assert [f.finding for f in findings] == ["memory-bound (DRAM)", "branch mispredictions"]
+    assert "non-temporal-stores" in findings[0].references and "masked-tail" in findings[1].references
+    for finding in findings:
+        assert set(finding.references) <= KNOWN_REFERENCE_IDS and finding.next_step
+
+
+def test_high_ipc_is_instruction_bound() -> None:
+    findings = interpret(parse_perf_stat((DATA / "perf_stat_hybrid.txt").read_text()))
+    assert findings[0].finding == "instruction-bound"
+
+
+def _fake_perf(tmp_path: Path, stderr: str) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    perf = bin_dir / "perf"
+    perf.write_text(f"#!/bin/sh\ncat >&2 <<'EOF'\n{stderr}\nEOF\nexit 0\n")
+    perf.chmod(perf.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
+
+
+def test_perf_status_reports_unsupported_counters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = _fake_perf(tmp_path, (DATA / "perf_stat_not_supported.csv").read_text())
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    status = perf_status()
+    assert not status.available and "not supported" in status.reason
+    assert "\n" not in status.reason  # one line
+
+
+def test_perf_status_with_working_counters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = _fake_perf(tmp_path, (DATA / "perf_stat_streaming.csv").read_text())
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert perf_status().available
+
+
+def test_perf_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    status = perf_status()
+    assert not status.available and "not installed" in status.reason
+
+
+# ------------------------------------------------------------------ roofline profile arithmetic
+
+
+def _measured(t_all: float, t_one: float, *, with_out: float | None = None) -> dict:
+    data = {"threads": 2, "output_bytes": 4 * 1024**2, "output_is_single_tensor": True,
+            "all_threads": {"median_us": t_all}, "one_thread": {"median_us": t_one},
+            "accepts_out": with_out is not None,
+            "alloc_touch": {"median_us": 900.0}, "touch_prealloc": {"median_us": 200.0}}
+    if with_out is not None:
+        data["with_out"] = {"median_us": with_out}
+    return data
+
+
+def test_roofline_profile_hand_computed() -> None:
+    # 8 MB moved in 1000 us = 8 GB/s of the fake profile's 20 GB/s; floor = 8e6 / 20e3 = 400 us.
+    rp = roofline_profile(_measured(1000.0, 1800.0, with_out=500.0), flops=4e6, nbytes=8e6, kind="reduction",
+                          dtype="fp32", machine=fake_profile())
+    assert rp["achieved_gbs"] == pytest.approx(8.0) and rp["bandwidth_fraction"] == pytest.approx(0.4)
+    assert rp["achieved_gflops"] == pytest.approx(4.0) and rp["compute_fraction"] == pytest.approx(0.02)
+    assert rp["floor_time_us"] == pytest.approx(400.0) and rp["roofline_fraction"] == pytest.approx(0.4)
+    assert rp["thread_scaling"] == pytest.approx(1.8) and rp["bound"] == "memory"
+    assert rp["output"]["alloc_overhead_us"] == pytest.approx(500.0)  # op(x) - op(x, out=buf)
+    assert rp["output"]["alloc_share"] == pytest.approx(0.5)
+    suggestions = roofline_suggestions(rp, fake_profile())
+    assert "out=" in suggestions[0]["next_step"]
+    assert {"first-touch-page-faults", "out-parameter-api"} <= set(suggestions[0]["references"])
+
+
+def test_alloc_cost_without_out_parameter_uses_empty_plus_touch() -> None:
+    rp = roofline_profile(_measured(1000.0, 1900.0), flops=0.0, nbytes=8e6, kind="elementwise", dtype="fp32",
+                          machine=fake_profile())
+    assert rp["output"]["alloc_overhead_us"] == pytest.approx(700.0)  # 900 - 200
+    assert "first touch" in rp["output"]["alloc_method"]
+
+
+def test_poor_scaling_suggests_threading() -> None:
+    rp = roofline_profile(_measured(1000.0, 1050.0, with_out=990.0), flops=1e6, nbytes=8e6, kind="reduction",
+                          dtype="fp32", machine=fake_profile())
+    steps = roofline_suggestions(rp, fake_profile())
+    assert any("omp-row-parallel" in s["references"] for s in steps)
+
+
+def test_threads_slower_than_one_suggests_a_threshold_not_more_threads() -> None:
+    rp = roofline_profile(_measured(300.0, 100.0, with_out=290.0), flops=1e5, nbytes=1e6, kind="elementwise",
+                          dtype="fp32", machine=fake_profile())
+    steps = roofline_suggestions(rp, fake_profile())
+    threading = [s for s in steps if "omp-small-size-threshold" in s["references"]]
+    assert threading and "slower than one" in threading[0]["why"]
+    assert not any("omp-row-parallel" in s["references"] for s in steps)
+    # Measured on a loaded machine, scaling says nothing about the kernel: no threading advice.
+    loaded = roofline_suggestions(rp, fake_profile(), loaded=True)
+    assert not any("level-threading" in s["references"] for s in loaded)
+
+
+def test_resolve_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_baseline("pkg.fn", SMALL_BASELINE)[0] == SMALL_BASELINE
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError):
+        resolve_baseline("pkg.not_an_example_op", None)
+    tree = tmp_path / "trials" / "my_kernel"
+    tree.mkdir(parents=True)
+    (tree / "baseline.py").write_text("")
+    assert resolve_baseline("pkg.not_an_example_op", None)[0] == tree / "baseline.py"
+    # A shipped example wins over the trial tree when the function name matches it.
+    if (DATA.parent.parent.parent / "examples" / "rms_norm" / "baseline.py").is_file():
+        assert resolve_baseline("pkg.rms_norm", None)[0].parent.name == "rms_norm"
+
+
+# ------------------------------------------------------------------ the script end to end
+
+
+def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, vtune: bool = False) -> None:
+    install_fake_profile(tmp_path / "machine", monkeypatch)
+    monkeypatch.setenv("PYTHONPATH", str(PYKERNELS))
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "max_trials: 4\nearly_stop_speedup: 10.0\nperf_stat_enabled: true\n"
+        f"vtune_enabled: {'true' if vtune else 'false'}\nvtune_bin: definitely-not-vtune-here\n"
+        'build_command: "true"\ninstall_command: "true"\n'
+    )
+    monkeypatch.setenv("KERNEL_HARNESS_CONFIG", str(config))
+
+
+def test_profiler_script_roofline_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script) -> None:
+    _env(tmp_path, monkeypatch, vtune=True)
+    out = tmp_path / "p.json"
+    run = script("cpu_profiler", "--kernel-package", "kh_torch_kernel", "--op", "kh_torch_kernel.rms_norm",
+                 "--baseline", SMALL_BASELINE, "--seconds", "0.1", "--json", out, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(out.read_text())
+    assert set(data) >= {"schema_version", "kernel_package", "op", "baseline", "perf", "vtune", "roofline_profile",
+                         "suggestions", "next_step", "notes"}
+    status = perf_status()
+    assert data["perf"]["available"] == status.available
+    if not status.available:
+        # One plain line about the counters, then the roofline profile.
+        assert "perf stat: no counters" in run.stdout
+        assert len([ln for ln in run.stdout.splitlines() if "perf stat" in ln]) == 1
+    rp = data["roofline_profile"]
+    assert rp["kind"] == "reduction" and rp["dtype"] == "fp32"
+    assert rp["bytes"] == (2 * 256 * 1024 + 1024) * 4
+    assert rp["time_us"] > 0 and rp["time_1t_us"] > 0 and rp["thread_scaling"] > 0
+    assert rp["output"]["accepts_out"] is True and rp["output"]["alloc_overhead_us"] is not None
+    assert data["vtune"]["enabled"] and not data["vtune"]["ran"] and "not found" in data["vtune"]["note"]
+    assert data["next_step"] and all(set(s["references"]) <= KNOWN_REFERENCE_IDS for s in data["suggestions"])
+
+
+FAKE_ATTACHING_PERF = """#!/bin/sh
+# Stands in for `perf stat -x, -e ... -p PID -- sleep S` on a machine with counters:
+# waits the window like the real one, then prints captured counters on stderr.
+for last; do :; done
+case "$*" in
+  *" -p "*) sleep "$last" ;;
+esac
+cat "{fixture}" >&2
+exit 0
+"""
+
+
+def test_profiler_script_counters_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script) -> None:
+    """With counters (a fake perf replaying captured -x, output): findings lead the suggestions."""
+    _env(tmp_path, monkeypatch)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    perf = bin_dir / "perf"
+    perf.write_text(FAKE_ATTACHING_PERF.format(fixture=DATA / "perf_stat_streaming.csv"))
+    perf.chmod(perf.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "p.json"
+    run = script("cpu_profiler", "--kernel-package", "kh_torch_kernel", "--op", "kh_torch_kernel.softmax",
+                 "--baseline", SMALL_BASELINE.with_name("small_softmax_baseline.py"), "--seconds", "0.1",
+                 "--json", out, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(out.read_text())
+    perf_report = data["perf"]
+    assert perf_report["available"] is True
+    assert perf_report["metrics"]["llc_miss_rate"] == pytest.approx(0.6224, abs=1e-4)
+    assert [f["finding"] for f in perf_report["findings"]] == ["memory-bound (DRAM)", "branch mispredictions"]
+    assert perf_report["per_call"]["cycles"] > 0
+    assert data["suggestions"][0]["why"].startswith("memory-bound (DRAM)")
+    assert "IPC 0.66" in run.stdout
+
+
+def test_profiler_crashing_kernel_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script) -> None:
+    _env(tmp_path, monkeypatch)
+    monkeypatch.setenv("KERNEL_HARNESS_CONFIG", str(tmp_path / "config.yaml"))
+    cfg = (tmp_path / "config.yaml").read_text().replace("perf_stat_enabled: true", "perf_stat_enabled: false")
+    (tmp_path / "config.yaml").write_text(cfg)
+    run = script("cpu_profiler", "--kernel-package", "kh_torch_kernel", "--op", "kh_torch_kernel.crash",
+                 "--baseline", SMALL_BASELINE, "--seconds", "0.1", cwd=tmp_path)
+    assert run.returncode == 3, run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_profiler_unknown_package_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script) -> None:
+    _env(tmp_path, monkeypatch)
+    run = script("cpu_profiler", "--kernel-package", "no_such_kernel_pkg", "--op", "no_such_kernel_pkg.rms_norm",
+                 "--baseline", SMALL_BASELINE, "--seconds", "0.1", cwd=tmp_path)
+    assert run.returncode == 3 and "not installed" in run.stderr
+
+
+@pytest.mark.slow
+def test_profiler_on_the_catalogue_kernel(request: pytest.FixtureRequest, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch, script) -> None:
+    """The real built kernel (shared session fixture), when the fixture module exists."""
+    try:
+        kernel_dir = request.getfixturevalue("catalogue_kernel_dir")
+    except pytest.FixtureLookupError:
+        pytest.skip("tests/fixtures_kernels.py (catalogue_kernel_dir) is not there yet")
+    _env(tmp_path, monkeypatch)
+    out = tmp_path / "p.json"
+    run = script("cpu_profiler", "--kernel-package", kernel_dir, "--op", "harness_catalogue.rms_norm",
+                 "--seconds", "0.2", "--json", out, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(out.read_text())
+    assert data["roofline_profile"]["achieved_gbs"] > 0
