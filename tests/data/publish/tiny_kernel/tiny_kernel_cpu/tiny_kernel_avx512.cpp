@@ -1,0 +1,1 @@
+// placeholder: the stand-in build is pure Python
