@@ -1,0 +1,17 @@
+"""The benchmark behind ``scripts/benchmark_cpu.py``.
+
+One module per job:
+
+* :mod:`.protocol` - length-prefixed pickle messages over pipes, with deadlines;
+* :mod:`.worker` - the child process that imports and runs the kernel (or the
+  baseline); it never sees a reference output;
+* :mod:`.process` - the parent's handle on a worker: start, request, kill on
+  timeout, name the signal of a crash;
+* :mod:`.tree` - tuple/list/dict trees of tensors: clone, overlap, bytes;
+* :mod:`.stats` - timing statistics (like ``torch.utils.benchmark``'s
+  ``Measurement``) and the speedup's confidence interval;
+* :mod:`.trace` - the ATen ops a call dispatches, and the delegation flag;
+* :mod:`.pinning` - whether the run is NUMA-pinned (``numactl``);
+* :mod:`.runner` - the whole benchmark: correctness, anti-cheat checks, timing;
+* :mod:`.report` - the rich output and the JSON record.
+"""

@@ -1,0 +1,167 @@
+"""The parent's handle on a worker process: start, ask, and contain failures.
+
+A worker runs in its own session (process group), so killing it also ends
+any thread pool or helper process the kernel started.  Every request has a
+deadline (``--timeout``); when it passes, or when the child dies, the worker
+is killed and :class:`KernelCrashed` (exit 3) names the timeout or the signal,
+with the tail of the child's output.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from ..errors import CheckFailed, ExitCode, KernelCrashed, UsageError
+from ..paths import PROJECT_ROOT
+from . import protocol
+
+
+def signal_name(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+class WorkerProcess:
+    """One child running :mod:`kernel_harness.bench.worker`."""
+
+    def __init__(self, role: str, *, timeout: float, env: dict[str, str] | None = None) -> None:
+        self.role = role
+        self.timeout = timeout
+        self._log = tempfile.TemporaryFile(prefix=f"bench-{role}-")
+        parent_read, child_write = os.pipe()
+        child_read, parent_write = os.pipe()
+        child_env = dict(os.environ if env is None else env)
+        # the child must import kernel_harness from this checkout, whatever its cwd
+        child_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PROJECT_ROOT), child_env.get("PYTHONPATH", "")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kernel_harness.bench.worker", str(child_read), str(child_write)],
+            pass_fds=(child_read, child_write), stdin=subprocess.DEVNULL, stdout=self._log,
+            stderr=subprocess.STDOUT, env=child_env, start_new_session=True,
+        )
+        os.close(child_read)
+        os.close(child_write)
+        self._read, self._write = parent_read, parent_write
+        self.closed = False
+
+    # ------------------------------------------------------------------ failures
+
+    def output_tail(self, lines: int = 15) -> str:
+        try:
+            self._log.seek(0)
+            text = self._log.read().decode("utf-8", errors="replace")
+        except (OSError, ValueError):
+            return ""
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+            pass
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        if not self.closed:
+            self.closed = True
+            for fd in (self._read, self._write):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+    def _crash(self, what: str, *, timed_out: bool) -> KernelCrashed:
+        if timed_out:
+            self.kill()
+            cause = f"did not finish within --timeout {self.timeout:g} s (hung or far too slow); it was killed"
+            kind = "timeout"
+        else:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            kind = signal_name(self.proc.returncode)
+            cause = f"died with {kind}"
+        tail = self.output_tail()
+        err = KernelCrashed(
+            f"The {self.role} process {cause} during {what}. Nothing was recorded. "
+            + (f"Its last output:\n{tail}\n" if tail else "")
+            + ("Fix the kernel (run it under gdb or with a debug build to find the fault) and rerun."
+               if self.role == "kernel" else "The baseline itself failed; fix the baseline file.")
+        )
+        err.crash = {"role": self.role, "kind": kind, "during": what}  # type: ignore[attr-defined]
+        self.kill()
+        return err
+
+    # ------------------------------------------------------------------ requests
+
+    def request(self, kind: str, what: str, **fields: Any) -> dict[str, Any]:
+        """Send one request and wait for its reply, at most ``timeout`` seconds."""
+        deadline = time.monotonic() + self.timeout
+        try:
+            protocol.send(self._write, {"kind": kind, **fields}, deadline)
+            reply = protocol.receive(self._read, deadline)
+        except protocol.ChannelTimeout:
+            raise self._crash(what, timed_out=True) from None
+        except protocol.ChannelClosed:
+            raise self._crash(what, timed_out=False) from None
+        if not reply.get("ok"):
+            raise self._error(reply, what)
+        return reply
+
+    def _error(self, reply: dict[str, Any], what: str) -> Exception:
+        code = reply.get("exit_code")
+        message = reply["message"]
+        if code == int(ExitCode.BAD_INPUT):
+            return UsageError(message)
+        if code == int(ExitCode.CHECK_FAILED):
+            return CheckFailed(message)
+        if code == int(ExitCode.KERNEL_CRASHED):
+            return KernelCrashed(message)
+        tb = reply.get("traceback", "")
+        err = KernelCrashed(
+            f"The {self.role} raised an exception during {what}: {message}. "
+            + (f"\n{tb}" if tb else "")
+            + ("A kernel must run every input set of the baseline; fix it and rerun."
+               if self.role == "kernel" else "Fix the baseline file.")
+        )
+        err.crash = {"role": self.role, "kind": "exception", "during": what}  # type: ignore[attr-defined]
+        return err
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            protocol.send(self._write, {"kind": "exit"}, time.monotonic() + 2)
+            self.proc.wait(timeout=5)
+        except (protocol.ChannelTimeout, protocol.ChannelClosed, subprocess.TimeoutExpired, OSError):
+            pass
+        self.kill()
+        try:
+            self._log.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,244 @@
+"""The benchmark's output: a rich report for people and a JSON record with stable keys.
+
+Stable JSON keys (``trial_manager.py result --from-json`` reads ``correct``,
+``speedup``, ``baseline_us`` and ``kernel_us``): ``correct``, ``failures``,
+``baseline_us``, ``kernel_us``, ``speedup``, ``iqr``, ``threads``, ``pinned``,
+``tiers``, ``acceptance_rule``, ``aten_ops``, ``versions``, ``machine``; plus
+``speedup_ci``, ``speedup_verdict``, ``baseline_cached``, ``tolerances``,
+``oracle``, ``delegation``, ``throughput``, ``timing``, ``input_sets``,
+``dispatch_violations``, ``notes``, ``crash``.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .. import __version__
+from .runner import BenchResult
+from .runner import _last_level_cache_bytes as llc_bytes
+
+SCHEMA_VERSION = 1
+
+
+def versions(kernel_version: str | None = None) -> dict[str, Any]:
+    import torch
+
+    try:
+        import kernels
+
+        kernels_version = getattr(kernels, "__version__", None)
+    except ImportError:
+        kernels_version = None
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "kernels": kernels_version, "kernel_harness": __version__, "kernel": kernel_version}
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        from ..cpu import supported_tiers
+
+        tiers = supported_tiers()
+    except ImportError:  # pragma: no cover
+        tiers = None
+    import os
+
+    return {"cpu_model": model, "logical_cpus": os.cpu_count(), "supported_tiers": tiers,
+            "llc_bytes": llc_bytes(), "arch": platform.machine(), "platform": sys.platform}
+
+
+def _num(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
+            kernel_version: str | None = None) -> dict[str, Any]:
+    o = result.options
+    s = result.speedup
+    payload: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "baseline_file": str(o.baseline_path),
+        "kernel_package": o.kernel_spec,
+        "op": o.op_path,
+        "correct": bool(result.correct) and crash is None,
+        "failures": [f.to_dict() for f in result.failures],
+        "baseline_us": _num(result.baseline_us),
+        "kernel_us": _num(result.kernel_us),
+        "speedup": _num(s.value, 4) if s else None,
+        "speedup_ci": [_num(s.ci_low, 4), _num(s.ci_high, 4)] if s and s.ci_low is not None else None,
+        "speedup_verdict": s.verdict() if s else None,
+        "speedup_paired": _num(s.paired, 4) if s and s.paired is not None else None,
+        "baseline_cached": result.baseline_cached,
+        "iqr": {
+            "baseline_us": _num(result.baseline.iqr_us) if result.baseline else None,
+            "kernel_us": _num(result.kernel.iqr_us) if result.kernel else None,
+            "baseline_noisy": result.baseline.noisy if result.baseline else None,
+            "kernel_noisy": result.kernel.noisy if result.kernel else None,
+        },
+        "timing": {
+            "baseline": result.baseline.summary() if result.baseline else None,
+            "kernel": result.kernel.summary() if result.kernel else None,
+            "calls_per_round": result.calls_per_round,
+            "rounds": o.rounds,
+            "cold": o.cold,
+            "verified_timed_calls": result.verified_calls,
+            "skipped": result.timing_skipped,
+        },
+        "threads": result.threads,
+        "load_average": result.load_average,
+        "pinned": result.pinned,
+        "pinned_detail": result.pinned_detail,
+        "tiers": result.tiers or None,
+        "dispatch_violations": result.dispatch_violations,
+        "acceptance_rule": result.acceptance_rule,
+        "tolerances": result.tolerances,
+        "widened": {"atol": o.atol, "rtol": o.rtol} if result.widened else None,
+        "oracle": result.oracle or None,
+        "would_pass_as_accurate": result.would_pass_as_accurate,
+        "aten_ops": result.aten_ops,
+        "delegation": bool(result.aten_ops.get("delegates_to_baseline")),
+        "throughput": result.throughput or None,
+        "input_sets": result.input_sets,
+        "notes": result.notes,
+        "versions": versions(kernel_version),
+        "machine": machine(),
+        "crash": crash,
+    }
+    return payload
+
+
+# --------------------------------------------------------------------------- rich
+
+
+def print_report(payload: dict[str, Any], console: Console) -> None:
+    ok = payload["correct"]
+    console.print(f"[bold]benchmark[/bold] {payload['op']} from {payload['kernel_package']} "
+                  f"against {payload['baseline_file']}")
+    console.print(f"input sets checked: {len(payload['input_sets'])} "
+                  f"({', '.join(payload['input_sets'][:4])}{' ...' if len(payload['input_sets']) > 4 else ''})")
+    rule = payload["acceptance_rule"]
+    tol = "; ".join(f"{k}: {v}" for k, v in payload["tolerances"].items())
+    console.print(f"tolerances: {tol or 'n/a'}")
+    if payload["widened"]:
+        w = payload["widened"]
+        console.print(f"[yellow]tolerance widened by the user: --atol {w['atol']} --rtol {w['rtol']}[/yellow]")
+    if payload["failures"]:
+        table = Table(title="correctness failures", show_lines=True)
+        for col in ("check", "input set", "tier", "leaf", "what"):
+            table.add_column(col, overflow="fold")
+        for f in payload["failures"][:20]:
+            table.add_row(f["check"], f["input_set"], f["tier"], f.get("path") or "-",
+                          f.get("leaf_message") or f["message"])
+        console.print(table)
+        diags = sorted({f.get("diagnosis") for f in payload["failures"] if f.get("diagnosis")})
+        for d in diags:
+            advice = next(f["advice"] for f in payload["failures"] if f.get("diagnosis") == d)
+            console.print(f"[bold]diagnosis[/bold] {d}: {advice}")
+        if len(payload["failures"]) > 20:
+            console.print(f"... and {len(payload['failures']) - 20} more failures (see --json)")
+    if payload.get("would_pass_as_accurate"):
+        console.print("[yellow]the kernel is as accurate as the baseline against a float64 oracle: "
+                      "--oracle fp64 --accept-if-as-accurate would accept it[/yellow]")
+    if payload["oracle"]:
+        worst: dict[str, dict[str, Any]] = {}
+        for leaf in payload["oracle"]:
+            cur = worst.get(leaf["path"])
+            if cur is None or _as_float(leaf["kernel_error"]) > _as_float(cur["kernel_error"]):
+                worst[leaf["path"]] = leaf
+        for path, leaf in worst.items():
+            console.print(f"oracle fp64 {path}: kernel worst error {leaf['kernel_error']}, baseline's "
+                          f"own {leaf['baseline_error']} (as accurate: {leaf['as_accurate']})")
+    console.print(("[bold green]correct[/bold green]" if ok else "[bold red]INCORRECT[/bold red]")
+                  + f" (acceptance rule: {rule})")
+    ops = payload["aten_ops"]
+    if ops:
+        console.print(f"ops dispatched by the kernel call: {', '.join(ops.get('kernel', [])) or 'none'}")
+        if ops.get("delegates_to_baseline"):
+            console.print("[bold yellow]delegation:[/bold yellow] the kernel call ran every compute op "
+                          "of the baseline; it is not a kernel of its own")
+    timing = payload["timing"]
+    if timing["skipped"]:
+        console.print(f"timing skipped: {timing['skipped']}")
+    if payload["kernel_us"] is not None:
+        _print_timing(payload, console)
+    if payload["tiers"]:
+        _print_tiers(payload, console)
+    for v in payload["dispatch_violations"]:
+        console.print(f"[bold red]dispatch lags:[/bold red] {v}")
+    for note in payload["notes"]:
+        console.print(f"note: {note}")
+
+
+def _as_float(value: Any) -> float:
+    return float(value)  # JSON spells infinities as the strings "inf"/"nan"; float() reads them
+
+
+def _print_timing(payload: dict[str, Any], console: Console) -> None:
+    t = payload["timing"]
+    table = Table(title=f"timing ({payload['threads']} threads, "
+                        f"{'pinned: ' + payload['pinned_detail'] if payload['pinned'] else 'NOT pinned'}, "
+                        f"{'cold' if t['cold'] else 'warm'} cache, {t['rounds']} interleaved rounds of "
+                        f"{t['calls_per_round']} calls, fresh inputs per call)")
+    for col in ("", "median us", "IQR us", "min us", "calls", "noise"):
+        table.add_column(col)
+    for name in ("baseline", "kernel"):
+        s = t[name]
+        if s is None:
+            if name == "baseline" and payload["baseline_cached"]:
+                table.add_row(name, f"{payload['baseline_us']:.2f}", "-", "-", "-", "cached (--baseline-us)")
+            continue
+        noise = "[yellow]noisy: IQR > 10 % of median[/yellow]" if s["noisy"] else "ok"
+        table.add_row(name, f"{s['median_us']:.2f}", f"{s['iqr_us']:.2f}", f"{s['min_us']:.2f}",
+                      str(s["calls"]), noise)
+    console.print(table)
+    ci = payload["speedup_ci"]
+    verdict = payload["speedup_verdict"]
+    line = f"speedup {payload['speedup']:.3f}x"
+    if ci:
+        line += f" (95 % CI {ci[0]:.3f}-{ci[1]:.3f}): {verdict}"
+    else:
+        line += f" ({verdict})"
+    console.print(f"[bold]{line}[/bold]")
+    console.print(f"verified {t['verified_timed_calls']} randomly chosen timed calls")
+    tp = payload["throughput"]
+    if tp:
+        parts = []
+        if tp.get("gbps"):
+            frac = f" ({100 * tp['bandwidth_fraction']:.0f} % of measured {tp['bandwidth_gbps']:.1f} GB/s)" \
+                if tp.get("bandwidth_fraction") else ""
+            parts.append(f"{tp['gbps']:.2f} GB/s{frac} [{tp['bytes_source']}]")
+        if tp.get("gflops"):
+            frac = f" ({100 * tp['peak_fraction']:.1f} % of peak {tp['peak_gflops']:.0f})" \
+                if tp.get("peak_fraction") else ""
+            parts.append(f"{tp['gflops']:.2f} GFLOP/s{frac}")
+        if parts:
+            console.print("kernel achieves " + ", ".join(parts))
+        if not tp.get("bandwidth_gbps"):
+            console.print(tp.get("machine_limits", "machine limits unknown"))
+
+
+def _print_tiers(payload: dict[str, Any], console: Console) -> None:
+    tiers = payload["tiers"]
+    table = Table(title=f"tiers (fastest first; <-- = the dispatcher's pick; tolerance "
+                        f"{tiers['tolerance_pct']:g} %)")
+    for col in ("input set", "tier", "median us", "IQR us", "GB/s", ""):
+        table.add_column(col, overflow="fold")
+    for entry in tiers["by_input_set"]:
+        for i, row in enumerate(entry["rows"]):
+            table.add_row(entry["input_set"] if i == 0 else "", row["tier"], f"{row['median_us']:.2f}",
+                          f"{row['iqr_us']:.2f}", f"{row['gbps']:.2f}" if row["gbps"] else "-",
+                          "<--" if row["dispatched"] else "")
+    console.print(table)

@@ -1,0 +1,295 @@
+"""The child process that runs the kernel (or, in another child, the baseline).
+
+Why a child: a kernel is arbitrary native code.  In its own process it can
+crash or hang without taking the harness down, and whatever it digs out of
+memory (``gc.get_objects()``, stack frames, freed allocations) holds no
+reference output, because this process never computes one.  The parent
+sends inputs or seeds, the child answers with times and with copies of the
+outputs; the parent alone compares.
+
+The timers are bound at the very top of this module, before the kernel
+package (or torch) is imported, and the child reports when the kernel
+package replaced any of them.
+
+Run as ``python -m kernel_harness.bench.worker READ_FD WRITE_FD``.
+"""
+
+from __future__ import annotations
+
+import time as _time_module
+
+# Bound before anything else is imported: a kernel cannot hand us a fake clock.
+_perf_counter_ns = _time_module.perf_counter_ns
+_sleep = _time_module.sleep
+_TIMER_NAMES = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time",
+                "time_ns", "process_time", "process_time_ns", "thread_time", "sleep")
+_ORIGINAL_TIMERS = {name: getattr(_time_module, name) for name in _TIMER_NAMES}
+
+import gc  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+
+from kernel_harness.baseline import Baseline, load_baseline  # noqa: E402
+from kernel_harness.bench import protocol, trace, tree  # noqa: E402
+from kernel_harness.errors import HarnessError  # noqa: E402
+from kernel_harness.kernel_loader import load_kernel_module, resolve_op  # noqa: E402
+
+ISA_ENV_VAR = "KERNEL_CPU_ISA"
+
+
+def tampered_timers() -> list[str]:
+    """Names of clock functions that are no longer the ones bound at start."""
+    changed = [f"time.{n}" for n, f in _ORIGINAL_TIMERS.items() if getattr(_time_module, n, None) is not f]
+    if sys.modules.get("time") is not _time_module:
+        changed.append("sys.modules['time']")
+    for name, fn in _OWN_FUNCTIONS.items():
+        if globals().get(name) is not fn or fn.__code__ is not _OWN_CODE[name]:
+            changed.append(f"worker.{name}")
+    return changed
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.baseline: Baseline | None = None
+        self.module: Any = None
+        self.op: Any = None
+        self.op_name = ""
+        self.kept: list[Any] = []
+        self.pool = CopyPool()
+
+    # ------------------------------------------------------------------ setup
+
+    def load(self, msg: dict[str, Any]) -> dict[str, Any]:
+        torch.set_num_threads(int(msg["threads"]))
+        self.baseline = load_baseline(msg["baseline_path"])
+        info: dict[str, Any] = {"threads": torch.get_num_threads(), "tiers": None,
+                                "has_dispatch_tier": False, "version": None}
+        if msg["role"] == "kernel":
+            self.module = load_kernel_module(msg["kernel_spec"])
+            self.op = resolve_op(self.module, msg["op_path"])
+            self.op_name = msg["op_path"].rsplit(".", 1)[-1]
+            tiers = getattr(self.module, "available_tiers", None)
+            if callable(tiers):
+                info["tiers"] = [str(t) for t in tiers()]
+            info["has_dispatch_tier"] = callable(getattr(self.module, "dispatch_tier", None))
+            info["version"] = str(getattr(self.module, "__version__", "") or "") or None
+        else:
+            self.op = self.baseline.speed_function()
+        info["tampered"] = tampered_timers()
+        # torch and the kernel are loaded: move their objects out of the collector's
+        # way, so the gc.collect() before each round costs microseconds, not 80 ms
+        gc.collect()
+        gc.freeze()
+        return info
+
+    def set_isa(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if msg["tier"] is None:
+            os.environ.pop(ISA_ENV_VAR, None)
+        else:
+            os.environ[ISA_ENV_VAR] = msg["tier"]
+        return {}
+
+    # ------------------------------------------------------------------ calls
+
+    def _call(self, inputs: list[Any]) -> Any:
+        with torch.no_grad():
+            return self.op(*inputs)
+
+    def check(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """One correctness call: capture at return, then look again after a pause."""
+        inputs = msg["inputs"]
+        _scribble_freed_memory(inputs)
+        out = self._call(inputs)
+        at_return = tree.clone_tree(out)
+        aliasing = tree.overlaps(out, inputs)
+        _sleep(msg["settle_s"])
+        changed = not tree.bitwise_equal(out, at_return)
+        return {"output": at_return, "changed_after_return": changed,
+                "overlaps": aliasing, "inputs_after": inputs,
+                "tampered": tampered_timers()}
+
+    def trace(self, msg: dict[str, Any]) -> dict[str, Any]:
+        with torch.no_grad():
+            ops, _ = trace.trace_ops(self.op, *msg["inputs"])
+        return {"ops": ops}
+
+    def dispatch(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {"tier": str(self.module.dispatch_tier(self.op_name, *msg["inputs"]))}
+
+    def _draw(self, source: tuple[str, int], seed: int) -> list[Any]:
+        assert self.baseline is not None
+        kind, index = source
+        if kind == "inputs":
+            return self.baseline.draw_inputs(seed)
+        return self.baseline.draw_correctness_inputs(seed)[index]
+
+    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Time one call per seed, each on freshly drawn inputs; keep outputs if asked.
+
+        Inputs are drawn outside the timed region.  With ``cold`` all sets of the
+        round are drawn first, so each set has been evicted by the later ones
+        before it is used.  Kept outputs are copied right at return; which of
+        them the parent verifies is decided only after the round.
+        """
+        source, seeds, keep = tuple(msg["source"]), msg["seeds"], msg["keep"]
+        warmup = msg.get("warmup", 0)
+        self.kept = []
+        times: list[int] = []
+        gen_ns = 0
+        gc.collect()
+        gc.disable()  # a collection inside a timed call would be charged to it
+        try:
+            if msg.get("cold"):
+                t0 = _perf_counter_ns()
+                sets = [self._draw(source, s) for s in seeds]
+                gen_ns += _perf_counter_ns() - t0
+            else:
+                sets = None
+            for i, seed in enumerate(seeds):
+                if sets is not None:
+                    inputs = sets[i]
+                    sets[i] = None
+                else:
+                    t0 = _perf_counter_ns()
+                    inputs = self._draw(source, seed)
+                    gen_ns += _perf_counter_ns() - t0
+                start = _perf_counter_ns()
+                out = self._call(inputs)
+                stop = _perf_counter_ns()
+                if i >= warmup:
+                    times.append(stop - start)
+                    if keep:
+                        # into buffers allocated once: keeping copies must not change what
+                        # the allocator hands the next timed call (fresh pages fault)
+                        self.kept.append(self.pool.store(i - warmup, (out, inputs)))
+                del out, inputs
+        finally:
+            gc.enable()
+        return {"times_ns": times, "gen_ns": gen_ns, "tampered": tampered_timers()}
+
+    def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
+        picked = [self.pool.load(i, self.kept[i]) for i in msg["indices"]]
+        self.kept = []
+        return {"calls": picked}
+
+
+class _Slot:
+    """Where one tensor leaf was copied: byte offset, dtype, shape."""
+
+    __slots__ = ("offset", "dtype", "shape", "nbytes")
+
+    def __init__(self, offset: int, dtype: torch.dtype, shape: tuple[int, ...], nbytes: int) -> None:
+        self.offset, self.dtype, self.shape, self.nbytes = offset, dtype, shape, nbytes
+
+
+class CopyPool:
+    """One reusable byte buffer per call index of a round.
+
+    Baseline and kernel workers both copy every timed call's output and inputs
+    here, so both sides do the same extra work and neither changes the
+    allocator's state between timed calls.
+    """
+
+    def __init__(self) -> None:
+        self.buffers: list[torch.Tensor] = []
+
+    def store(self, index: int, obj: Any) -> Any:
+        leaves = tree.tensors(obj)
+        need = sum(t.numel() * t.element_size() for t in leaves)
+        while len(self.buffers) <= index:
+            self.buffers.append(torch.empty(0, dtype=torch.uint8))
+        if self.buffers[index].numel() < need:
+            self.buffers[index] = torch.empty(need, dtype=torch.uint8)
+        buf = self.buffers[index]
+        offset = 0
+
+        def copy(t: torch.Tensor) -> _Slot:
+            nonlocal offset
+            nb = t.numel() * t.element_size()
+            slot = _Slot(offset, t.dtype, tuple(t.shape), nb)
+            if nb:
+                buf[offset:offset + nb].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+            offset += nb
+            return slot
+
+        return tree.tree_map(copy, obj)
+
+    def load(self, index: int, template: Any) -> Any:
+        buf = self.buffers[index]
+
+        def restore(slot: Any) -> Any:
+            if not isinstance(slot, _Slot):
+                return slot
+            out = torch.empty(slot.shape, dtype=slot.dtype)
+            if slot.nbytes:
+                out.reshape(-1).view(torch.uint8).copy_(buf[slot.offset:slot.offset + slot.nbytes])
+            return out
+
+        return _map_slots(restore, template)
+
+
+def _map_slots(fn: Any, obj: Any) -> Any:
+    if isinstance(obj, _Slot):
+        return fn(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_map_slots(fn, v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_slots(fn, v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _map_slots(fn, v) for k, v in obj.items()}
+    return obj
+
+
+def _scribble_freed_memory(inputs: list[Any]) -> None:
+    """Fill and free blocks the size of each input, so memory the kernel gets back
+    from the allocator holds garbage (NaN bit patterns), never an earlier result."""
+    sizes = {t.numel() * t.element_size() for t in tree.tensors(inputs)}
+    blocks = [torch.full((max(s, 1),), 0xFF, dtype=torch.uint8) for s in sorted(sizes)[-4:]]
+    del blocks
+
+
+_OWN_FUNCTIONS = {"_scribble_freed_memory": _scribble_freed_memory}
+_OWN_CODE = {name: fn.__code__ for name, fn in _OWN_FUNCTIONS.items()}
+
+
+def serve(read_fd: int, write_fd: int) -> None:
+    worker = Worker()
+    handlers = {"load": worker.load, "set_isa": worker.set_isa, "check": worker.check,
+                "trace": worker.trace, "dispatch": worker.dispatch, "time": worker.time,
+                "fetch": worker.fetch}
+    while True:
+        try:
+            msg = protocol.receive(read_fd)
+        except protocol.ChannelClosed:
+            return
+        kind = msg.get("kind")
+        if kind == "exit":
+            return
+        try:
+            reply = {"ok": True, **handlers[kind](msg)}
+        except HarnessError as exc:
+            reply = {"ok": False, "error": type(exc).__name__, "exit_code": int(exc.exit_code),
+                     "message": exc.message}
+        except Exception as exc:  # noqa: BLE001 - the kernel raised: report, keep serving
+            reply = {"ok": False, "error": type(exc).__name__, "exit_code": None,
+                     "message": f"{type(exc).__name__}: {exc}",
+                     "traceback": "".join(traceback.format_exc(limit=6))}
+        try:
+            protocol.encode(reply)
+        except Exception as exc:  # noqa: BLE001 - e.g. the kernel returned an unpicklable object
+            reply = {"ok": False, "error": "UnpicklableResult", "exit_code": None,
+                     "message": f"the result could not be sent to the harness: {exc}"}
+        protocol.send(write_fd, reply)
+
+
+def main() -> None:
+    read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
+    serve(read_fd, write_fd)
+
+
+if __name__ == "__main__":
+    main()

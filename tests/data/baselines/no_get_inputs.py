@@ -1,0 +1,4 @@
+import torch
+
+def get_reference_output(x):
+    return x
