@@ -1,0 +1,82 @@
+"""The ops the templates know how to write completely, and the kernel kinds.
+
+A catalogue op has finished, tested compute bodies in every tier; any other op
+name gets a wired-up skeleton whose bodies are ``KERNEL_TODO(...)`` for the
+agent to write. The kind decides the compiler flags of the AVX512 tier (GEMM
+and attention kernels may use AMX) and, for skeletons, the op's signature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS: tuple[str, ...] = ("elementwise", "reduction", "gemm", "attention")
+DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
+TIERS: tuple[str, ...] = ("generic", "avx2", "avx512")
+
+#: torch dtype names the bridge accepts, per --dtypes value.
+DTYPE_TORCH = {"fp32": "at::kFloat", "bf16": "at::kBFloat16", "fp16": "at::kHalf"}
+DTYPE_HUMAN = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+_ELEMENTWISE_AVX512 = ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16")
+_GEMM_EXTRA = ("-mavx512vbmi", "-mamx-tile", "-mamx-bf16", "-mamx-int8")
+AVX2_FLAGS: tuple[str, ...] = ("-mavx2", "-mfma", "-mf16c", "-fopenmp")
+
+
+def avx512_flags(kind: str) -> tuple[str, ...]:
+    """The AVX512 section's cxx-flags: GEMM/attention kernels add VBMI and AMX."""
+    extra = _GEMM_EXTRA if kind in ("gemm", "attention") else ()
+    return (*_ELEMENTWISE_AVX512, *extra, "-fopenmp")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op of the catalogue: its template file and what a caller sees."""
+
+    name: str
+    kind: str
+    signature: str  # the generated Python function, for docs and --help
+    template: str  # file under templates/ops/
+    generic_threshold: int  # below rows*cols elements the dispatcher uses the generic tier
+    complete: bool = True  # False: a skeleton with KERNEL_TODO bodies
+
+
+CATALOGUE: dict[str, OpSpec] = {
+    spec.name: spec
+    for spec in (
+        OpSpec("rms_norm", "reduction", "rms_norm(x, weight, eps=1e-6, out=None)", "rms_norm.op", 1),
+        OpSpec(
+            "add_rms_norm",
+            "reduction",
+            "add_rms_norm(x, residual, weight, eps=1e-6, out=None) -> (normalised, new_residual)",
+            "add_rms_norm.op",
+            1,
+        ),
+        OpSpec("silu_and_mul", "elementwise", "silu_and_mul(x, out=None)", "silu_and_mul.op", 1),
+        OpSpec("gelu_and_mul", "elementwise", "gelu_and_mul(x, out=None)", "gelu_and_mul.op", 1),
+        OpSpec("softmax", "reduction", "softmax(x, out=None)", "softmax.op", 1),
+        OpSpec("layer_norm", "reduction", "layer_norm(x, weight, bias, eps=1e-5, out=None)", "layer_norm.op", 1),
+    )
+}
+
+#: Skeleton template per kind for ops outside the catalogue.
+SKELETONS: dict[str, str] = {
+    "elementwise": "_skeleton_rowwise.op",
+    "reduction": "_skeleton_rowwise.op",
+    "gemm": "_skeleton_gemm.op",
+    "attention": "_skeleton_attention.op",
+}
+
+
+def op_spec(name: str, kind: str | None) -> OpSpec:
+    """The catalogue entry for ``name``, or a skeleton spec of ``kind`` (default elementwise)."""
+    if name in CATALOGUE:
+        return CATALOGUE[name]
+    kind = kind or "elementwise"
+    signatures = {
+        "elementwise": f"{name}(x, out=None)",
+        "reduction": f"{name}(x, out=None)",
+        "gemm": f"{name}(a, b, out=None)",
+        "attention": f"{name}(q, k, v, out=None)",
+    }
+    return OpSpec(name, kind, signatures[kind], SKELETONS[kind], 1, complete=False)

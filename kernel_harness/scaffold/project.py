@@ -1,0 +1,236 @@
+"""Plan and write a complete kernel project from the templates.
+
+:func:`plan_project` renders every file into memory (nothing touches the disk
+until everything rendered), :func:`write_project` then writes them, refusing
+to replace existing files unless ``force`` is set — a kernel directory holds
+the agent's work, and silently regenerating it would destroy that work.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..atomic import atomic_write_text
+from ..errors import UsageError
+from ..paths import TEMPLATES_DIR
+from .catalogue import (
+    AVX2_FLAGS,
+    DTYPE_HUMAN,
+    DTYPE_TORCH,
+    DTYPES,
+    KINDS,
+    TIERS,
+    OpSpec,
+    avx512_flags,
+    op_spec,
+)
+from .render import parse_sections, render, render_file
+
+IDENT_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ScaffoldOptions:
+    """What ``new_kernel.py`` was asked for (already split into lists)."""
+
+    ops: tuple[str, ...]
+    name: str
+    directory: Path
+    kind: str | None = None
+    dtypes: tuple[str, ...] = DTYPES
+    tiers: tuple[str, ...] = TIERS
+    force: bool = False
+
+
+@dataclass
+class ProjectPlan:
+    """The rendered files (relative path -> text) and what they contain."""
+
+    directory: Path
+    name: str
+    specs: list[OpSpec]
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def unfinished_ops(self) -> list[str]:
+        return [spec.name for spec in self.specs if not spec.complete]
+
+
+def _check_identifier(value: str, what: str) -> None:
+    if not IDENT_RE.match(value) or keyword.iskeyword(value):
+        raise UsageError(
+            f"{what} {value!r} is not usable: it must be a lower-case Python/C++ identifier "
+            "(letters, digits, underscores, not starting with a digit), e.g. my_kernel."
+        )
+
+
+def validate_options(options: ScaffoldOptions) -> None:
+    _check_identifier(options.name, "--name")
+    if not options.ops:
+        raise UsageError("--op needs at least one op name, e.g. --op rms_norm or --op rms_norm,softmax.")
+    for op in options.ops:
+        _check_identifier(op, "op name")
+    if len(set(options.ops)) != len(options.ops):
+        raise UsageError(f"--op lists an op twice: {','.join(options.ops)}.")
+    if options.kind is not None and options.kind not in KINDS:
+        raise UsageError(f"--kind {options.kind!r} is not one of {', '.join(KINDS)}.")
+    for dtype in options.dtypes:
+        if dtype not in DTYPES:
+            raise UsageError(f"--dtypes: {dtype!r} is not one of {', '.join(DTYPES)}.")
+    if not options.dtypes:
+        raise UsageError(f"--dtypes needs at least one of {', '.join(DTYPES)}.")
+    for tier in options.tiers:
+        if tier not in TIERS:
+            raise UsageError(f"--tiers: {tier!r} is not one of {', '.join(TIERS)}.")
+    if "generic" not in options.tiers:
+        raise UsageError(
+            "--tiers must include generic: the ATen-only tier is the fallback the dispatcher "
+            "uses for small inputs and on CPUs without the SIMD tiers."
+        )
+
+
+def _kind_of(specs: Sequence[OpSpec], requested: str | None) -> str:
+    """The package's kind for flags: gemm/attention if any op needs AMX."""
+    kinds = {spec.kind for spec in specs}
+    if requested is not None:
+        kinds.add(requested)
+    for heavy in ("attention", "gemm"):
+        if heavy in kinds:
+            return heavy
+    return "reduction" if "reduction" in kinds else "elementwise"
+
+
+def _toml_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+
+def _kernel_sections(name: str, ns: str, tiers: Sequence[str], kind: str) -> str:
+    generic_src = [
+        f"{ns}/cpu_features.hpp",
+        f"{ns}/{name}_tiers.hpp",
+        f"{ns}/{name}_dispatch.hpp",
+        f"{ns}/{ns}.cpp",
+        f"{ns}/{ns}_torch.cpp",
+    ]
+    blocks = [
+        "# Generic tier: dispatcher, bridge and the ATen-only fallback (no SIMD flags).\n"
+        f"[kernel.{ns}]\nbackend = \"cpu\"\ndepends = [\"torch\"]\ninclude = [\"{ns}\"]\n"
+        f"src = {_toml_list(generic_src)}\ncxx-flags = []\n"
+    ]
+    if "avx2" in tiers:
+        blocks.append(
+            "# AVX2 tier: raw pointers only, no torch headers.\n"
+            f"[kernel.{ns}_avx2]\nbackend = \"cpu\"\ndepends = [\"torch\"]\ninclude = [\"{ns}\"]\n"
+            f"src = {_toml_list([f'{ns}/{name}_avx2.cpp'])}\ncxx-flags = {_toml_list(AVX2_FLAGS)}\n"
+        )
+    if "avx512" in tiers:
+        blocks.append(
+            "# AVX512 tier: raw pointers only, no torch headers.\n"
+            f"[kernel.{ns}_avx512]\nbackend = \"cpu\"\ndepends = [\"torch\"]\ninclude = [\"{ns}\"]\n"
+            f"src = {_toml_list([f'{ns}/{name}_avx512.cpp'])}\ncxx-flags = {_toml_list(avx512_flags(kind))}\n"
+        )
+    return "\n" + "\n".join(blocks)
+
+
+def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) -> ProjectPlan:
+    """Render every file of the project into memory."""
+    validate_options(options)
+    name = options.name
+    ns = f"{name}_cpu"
+    specs = [op_spec(op, options.kind) for op in options.ops]
+    kind = _kind_of(specs, options.kind)
+    base = {"name": name, "ns": ns}
+
+    sections: dict[str, list[str]] = {key: [] for key in (
+        "tier_decl", "simd", "generic_decl", "generic", "bridge_decl", "bridge", "binding", "python")}
+    for spec in specs:
+        path = templates_dir / "ops" / spec.template
+        if not path.is_file():
+            raise UsageError(f"The op template {path} is missing; restore templates/ from version control.")
+        parsed = parse_sections(path.read_text(encoding="utf-8"), source=str(path))
+        values = {**base, "op": spec.name}
+        for key in sections:
+            sections[key].append(render(parsed[key], values, source=f"{path} [{key}]"))
+
+    simd_tiers = [tier for tier in ("avx2", "avx512") if tier in options.tiers]
+    tier_decls = "".join(
+        f"namespace {tier} {{\n" + "\n".join(sections["tier_decl"]) + f"}}  // namespace {tier}\n\n"
+        for tier in simd_tiers
+    )
+    thresholds = "".join(
+        f'  if (op == "{spec.name}") return {spec.generic_threshold};\n' for spec in specs
+    )
+    dtype_condition = " || ".join(f"t == {DTYPE_TORCH[d]}" for d in options.dtypes)
+    values = {
+        **base,
+        "have_avx2": "1" if "avx2" in options.tiers else "0",
+        "have_avx512": "1" if "avx512" in options.tiers else "0",
+        "parallel_min_elements": "32768",
+        "tier_decls": tier_decls,
+        "generic_decls": "".join(sections["generic_decl"]),
+        "generic_bodies": "\n".join(sections["generic"]),
+        "thresholds": thresholds,
+        "bridge_bodies": "\n".join(sections["bridge"]),
+        "bridge_decls": "".join(sections["bridge_decl"]),
+        "binding_defs": "".join(sections["binding"]),
+        "dtype_condition": dtype_condition,
+        "dtype_list": ", ".join(DTYPE_HUMAN[d] for d in options.dtypes),
+        "op_bodies": "\n".join(sections["simd"]),
+        "python_bodies": "\n\n".join(sections["python"]),
+        "op_list": ", ".join(spec.name for spec in specs),
+        "export_list": ", ".join(f'"{spec.name}"' for spec in specs),
+        "kernel_sections": _kernel_sections(name, ns, options.tiers, kind),
+    }
+    project = templates_dir / "project"
+    layout = {
+        "build.toml": "build.toml.in",
+        "torch-ext/torch_binding.cpp": "torch-ext/torch_binding.cpp.in",
+        "torch-ext/torch_binding.h": "torch-ext/torch_binding.h.in",
+        f"torch-ext/{name}/__init__.py": "torch-ext/__init__.py.in",
+        f"{ns}/cpu_features.hpp": "cpu/cpu_features.hpp.in",
+        f"{ns}/{name}_tiers.hpp": "cpu/tiers.hpp.in",
+        f"{ns}/{name}_dispatch.hpp": "cpu/dispatch.hpp.in",
+        f"{ns}/{ns}.cpp": "cpu/dispatcher.cpp.in",
+        f"{ns}/{ns}_torch.cpp": "cpu/bridge.cpp.in",
+    }
+    tier_flags = {"avx2": AVX2_FLAGS, "avx512": avx512_flags(kind)}
+    plan = ProjectPlan(directory=options.directory, name=name, specs=specs)
+    for rel, template in layout.items():
+        plan.files[rel] = render_file(project / template, values)
+    for tier in simd_tiers:
+        tier_values = {**values, "cxx_flags": " ".join(tier_flags[tier])}
+        plan.files[f"{ns}/{name}_{tier}.cpp"] = render_file(project / f"cpu/{tier}.cpp.in", tier_values)
+    return plan
+
+
+def existing_files(plan: ProjectPlan) -> list[Path]:
+    return [plan.directory / rel for rel in plan.files if (plan.directory / rel).exists()]
+
+
+def write_project(plan: ProjectPlan, *, force: bool) -> list[Path]:
+    """Write the planned files; refuse to replace any existing one unless ``force``."""
+    clash = existing_files(plan)
+    if clash and not force:
+        shown = ", ".join(str(p) for p in clash[:4]) + (" ..." if len(clash) > 4 else "")
+        raise UsageError(
+            f"{plan.directory} already holds a kernel project ({len(clash)} file(s) would be "
+            f"replaced: {shown}). Nothing was written. Pass --force to overwrite them, or choose "
+            "another --dir."
+        )
+    written = []
+    for rel, text in plan.files.items():
+        path = plan.directory / rel
+        atomic_write_text(path, text)
+        written.append(path)
+    return written
+
+
+def generate_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) -> ProjectPlan:
+    """Plan and write the project described by ``options``."""
+    plan = plan_project(options, templates_dir)
+    write_project(plan, force=options.force)
+    return plan

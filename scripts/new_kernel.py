@@ -1,0 +1,87 @@
+"""Write a complete kernel project from templates/ (procedure step 4).
+
+Catalogue ops (rms_norm, add_rms_norm, silu_and_mul, gelu_and_mul, softmax,
+layer_norm) get finished, tested tiers; any other op name gets everything
+generated and wired, with its compute bodies marked KERNEL_TODO(...) for you
+to write (validate_cpu_kernel.py reports those as unfinished).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import _bootstrap  # noqa: F401  (makes kernel_harness importable from any directory)
+from rich.table import Table
+
+from kernel_harness.cli import add_json_option, console, run_main, write_json_report
+from kernel_harness.scaffold import CATALOGUE, DTYPES, KINDS, TIERS, ScaffoldOptions, generate_project
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="catalogue ops: " + ", ".join(spec.signature for spec in CATALOGUE.values()),
+    )
+    parser.add_argument("--op", required=True, type=_csv, help="op name(s), comma separated, e.g. rms_norm,softmax")
+    parser.add_argument("--name", required=True, help="Python package name of the kernel, e.g. my_kernel")
+    parser.add_argument("--dir", type=Path, default=Path("kernel"), help="kernel directory (default: kernel/)")
+    parser.add_argument("--kind", choices=KINDS, default=None, help="kernel kind (sets flags; skeleton signature)")
+    parser.add_argument("--dtypes", type=_csv, default=DTYPES, help="accepted dtypes (default: fp32,bf16,fp16)")
+    parser.add_argument("--tiers", type=_csv, default=TIERS, help="tiers to generate (default: generic,avx2,avx512)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing kernel project")
+    add_json_option(parser)
+    args = parser.parse_args(argv)
+
+    options = ScaffoldOptions(
+        ops=args.op,
+        name=args.name,
+        directory=args.dir,
+        kind=args.kind,
+        dtypes=tuple(args.dtypes),
+        tiers=tuple(args.tiers),
+        force=args.force,
+    )
+    plan = generate_project(options)
+
+    table = Table(title=f"Kernel project {plan.name} written to {plan.directory}")
+    table.add_column("op")
+    table.add_column("kind")
+    table.add_column("Python function")
+    table.add_column("compute bodies")
+    for spec in plan.specs:
+        table.add_row(spec.name, spec.kind, f"{plan.name}.{spec.signature}",
+                      "complete" if spec.complete else "[yellow]KERNEL_TODO: write them[/yellow]")
+    console.print(table)
+    for rel in plan.files:
+        console.print(f"  {plan.directory / rel}")
+    if plan.unfinished_ops:
+        console.print(
+            f"[yellow]Next:[/yellow] write the bodies marked KERNEL_TODO for {', '.join(plan.unfinished_ops)}, "
+            f"then run scripts/validate_cpu_kernel.py {plan.directory}."
+        )
+    else:
+        console.print(f"Next: python scripts/validate_cpu_kernel.py {plan.directory}")
+    write_json_report(
+        args.json,
+        {
+            "name": plan.name,
+            "directory": str(plan.directory),
+            "ops": [
+                {"name": s.name, "kind": s.kind, "signature": s.signature, "complete": s.complete}
+                for s in plan.specs
+            ],
+            "files": sorted(plan.files),
+            "unfinished_ops": plan.unfinished_ops,
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,330 @@
+"""The generated catalogue kernel, built for real: every op x tier x dtype vs PyTorch.
+
+Loads ``harness_catalogue`` through ``kernels.get_local_kernel`` (in process)
+and through its installed wheel (in a subprocess: the same build loaded twice
+in one process would register its op namespace twice). Tiers are forced with
+``KERNEL_CPU_ISA``; tiers this CPU lacks are skipped with the reason.
+
+Tolerances (the procedure's): fp32 ``atol=1e-6, rtol=1e-5`` against torch's
+fp32 result. bf16/fp16: the output must be the dtype's rounding of the fp32
+result, allowing one ulp at a rounding boundary — ``|out - ref32| <=
+eps_dtype*|ref32|`` plus the fp32 tolerance (two fp32 computations that agree
+to 1e-5 may round to neighbouring bf16 values). Two documented exceptions:
+``gelu_and_mul``: torch's own fp32 gelu uses an erf approximation whose
+absolute error reaches ~6e-7 (measured against float64; libm erf in row
+tails), so the bound adds 1e-6 * |x/2 * up|; ``layer_norm``: compared against a float64 reference,
+because torch's fp32 layer_norm is itself ~1e-6 off where outputs cancel to ~0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernel_harness.config import load_config
+from kernel_harness.cpu import has_isa
+
+pytestmark = pytest.mark.slow
+
+OPS = ("rms_norm", "add_rms_norm", "silu_and_mul", "gelu_and_mul", "softmax", "layer_norm")
+TIERS = ("generic", "avx2", "avx512")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+ROWS = (1, 33)
+COLS = (1, 7, 4096, 4096 + 13)
+
+
+@pytest.fixture(scope="module")
+def kernel(catalogue_kernel_dir: Path):
+    import kernels
+
+    return kernels.get_local_kernel(Path(catalogue_kernel_dir))
+
+
+@pytest.fixture
+def tier_env(monkeypatch):
+    """Force a tier for the duration of one test (the dispatcher reads the env per call)."""
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+
+    def force(tier: str) -> None:
+        if not has_isa(tier):
+            pytest.skip(f"this CPU lacks the {tier} tier (kernel_harness.cpu.has_isa({tier!r}) is False)")
+        monkeypatch.setenv("KERNEL_CPU_ISA", tier)
+
+    return force
+
+
+# ---------------------------------------------------------------- references
+
+def make_case(op: str, dtype: torch.dtype, rows: int, cols: int, gen: torch.Generator):
+    """Inputs, the kernel call, the fp32 (or fp64) reference and any extra absolute tolerance."""
+
+    def rnd(*shape, scale=1.0, shift=0.0):
+        return (torch.randn(*shape, generator=gen) * scale + shift).to(dtype)
+
+    if op == "rms_norm":
+        x, w = rnd(rows, cols), rnd(cols)
+        return (x, w, 1e-6), lambda k: k.rms_norm(x, w, 1e-6), F.rms_norm(x.float(), (cols,), w.float(), 1e-6), 0.0
+    if op == "add_rms_norm":
+        x, r, w = rnd(rows, cols), rnd(rows, cols), rnd(cols)
+        h = x.float() + r.float()
+        ref = (F.rms_norm(h, (cols,), w.float(), 1e-6), h)
+        return (x, r, w, 1e-6), lambda k: k.add_rms_norm(x, r, w, 1e-6), ref, 0.0
+    if op in ("silu_and_mul", "gelu_and_mul"):
+        x = rnd(rows, 2 * cols, scale=2.0)
+        a, b = x.float()[..., :cols], x.float()[..., cols:]
+        if op == "silu_and_mul":
+            return (x,), lambda k: k.silu_and_mul(x), F.silu(a) * b, 0.0
+        extra = 1e-6 * (0.5 * a.abs() * b.abs())  # torch's own erf approximation error, see module doc
+        return (x,), lambda k: k.gelu_and_mul(x), F.gelu(a) * b, extra
+    if op == "softmax":
+        x = rnd(rows, cols, scale=4.0)
+        return (x,), lambda k: k.softmax(x), torch.softmax(x.float(), -1), 0.0
+    if op == "layer_norm":
+        x, w, b = rnd(rows, cols, shift=2.0), rnd(cols), rnd(cols)
+        ref = F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5)
+        return (x, w, b, 1e-5), lambda k: k.layer_norm(x, w, b, 1e-5), ref, 0.0
+    raise AssertionError(op)
+
+
+def assert_close(out, ref, dtype: torch.dtype, extra, where: str) -> None:
+    if isinstance(ref, tuple):
+        assert isinstance(out, (tuple, list)) and len(out) == len(ref), f"{where}: expected {len(ref)} outputs"
+        for i, (o, r) in enumerate(zip(out, ref)):
+            assert_close(o, r, dtype, extra, f"{where}[{i}]")
+        return
+    assert out.dtype == dtype, f"{where}: dtype {out.dtype}, expected {dtype}"
+    assert out.shape == ref.shape, f"{where}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    ref64 = ref.double()
+    diff = (out.double() - ref64).abs()
+    tol = 1e-6 + 1e-5 * ref64.abs()
+    if dtype != torch.float32:
+        info = torch.finfo(dtype)
+        tol = tol + info.eps * ref64.abs() + info.smallest_normal * info.eps
+    if isinstance(extra, torch.Tensor):
+        tol = tol + extra.double()
+    bad = diff > tol
+    if bad.any():
+        i = int((diff / tol).flatten().argmax())
+        pytest.fail(
+            f"{where}: {int(bad.sum())} of {bad.numel()} elements off; worst at flat index {i}: "
+            f"kernel {out.flatten()[i].item()!r}, reference {ref64.flatten()[i].item()!r}, "
+            f"|diff| {diff.flatten()[i].item():.3g} > tol {tol.flatten()[i].item():.3g}",
+            pytrace=False,
+        )
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("op", OPS)
+def test_op_matches_pytorch(kernel, tier_env, op, tier, dtype_name):
+    tier_env(tier)
+    dtype = DTYPES[dtype_name]
+    gen = torch.Generator().manual_seed(1234)
+    for rows in ROWS:
+        for cols in COLS:
+            inputs, call, ref, extra = make_case(op, dtype, rows, cols, gen)
+            assert kernel.dispatch_tier(op, *inputs) == tier
+            assert_close(call(kernel), ref, dtype, extra, f"{op} {tier} {dtype_name} {rows}x{cols}")
+
+
+def test_three_dim_input_is_flattened_into_rows(kernel, tier_env):
+    tier_env("generic")
+    x = torch.randn(3, 5, 64)
+    w = torch.randn(64)
+    for tier in [t for t in TIERS if has_isa(t)]:
+        os.environ["KERNEL_CPU_ISA"] = tier
+        out = kernel.rms_norm(x, w, 1e-6)
+        assert_close(out, F.rms_norm(x, (64,), w, 1e-6), torch.float32, 0.0, f"rms_norm 3-d {tier}")
+
+
+# ---------------------------------------------------------------- API
+
+def test_out_parameter_writes_in_place(kernel, tier_env):
+    tier_env("generic")
+    for tier in [t for t in TIERS if has_isa(t)]:
+        os.environ["KERNEL_CPU_ISA"] = tier
+        x = torch.randn(4, 100, dtype=torch.bfloat16)
+        w = torch.randn(100, dtype=torch.bfloat16)
+        out = torch.empty_like(x)
+        result = kernel.rms_norm(x, w, 1e-6, out=out)
+        assert result.data_ptr() == out.data_ptr()
+        assert torch.equal(out, kernel.rms_norm(x, w, 1e-6))
+
+        xs = torch.randn(4, 64)
+        sm_out = torch.empty(4, 32)
+        assert kernel.silu_and_mul(xs, out=sm_out).data_ptr() == sm_out.data_ptr()
+        assert torch.equal(sm_out, kernel.silu_and_mul(xs))
+
+        r = torch.randn(4, 100, dtype=torch.bfloat16)
+        pair = (torch.empty_like(x), torch.empty_like(x))
+        y, h = kernel.add_rms_norm(x, r, w, 1e-6, out=pair)
+        assert y.data_ptr() == pair[0].data_ptr() and h.data_ptr() == pair[1].data_ptr()
+        ref_y, ref_h = kernel.add_rms_norm(x, r, w, 1e-6)
+        assert torch.equal(y, ref_y) and torch.equal(h, ref_h)
+
+
+def test_add_rms_norm_leaves_inputs_unchanged(kernel, tier_env):
+    tier_env("generic")
+    x, r, w = torch.randn(8, 96), torch.randn(8, 96), torch.randn(96)
+    x0, r0 = x.clone(), r.clone()
+    for tier in [t for t in TIERS if has_isa(t)]:
+        os.environ["KERNEL_CPU_ISA"] = tier
+        kernel.add_rms_norm(x, r, w, 1e-6)
+        assert torch.equal(x, x0) and torch.equal(r, r0)
+
+
+def test_out_with_wrong_shape_is_refused(kernel):
+    x, w = torch.randn(4, 16), torch.randn(16)
+    with pytest.raises(RuntimeError, match=r"out has shape \[4, 8\].*result has shape \[4, 16\]"):
+        kernel.rms_norm(x, w, 1e-6, out=torch.empty(4, 8))
+    with pytest.raises(RuntimeError, match="must be even"):
+        kernel.silu_and_mul(torch.randn(4, 7))
+
+
+def test_non_contiguous_input_is_refused_with_a_clear_message(kernel):
+    x = torch.randn(64, 32).t()  # strided view
+    with pytest.raises(RuntimeError, match=r"x is not contiguous.*\.contiguous\(\)"):
+        kernel.softmax(x)
+    w = torch.randn(64)[::2]
+    with pytest.raises(RuntimeError, match="weight is not contiguous"):
+        kernel.rms_norm(torch.randn(4, 32), w, 1e-6)
+
+
+def test_bad_dtype_and_mismatched_weight_are_refused(kernel):
+    with pytest.raises(RuntimeError, match="has dtype Double.*supports float32, bfloat16, float16"):
+        kernel.softmax(torch.randn(4, 8, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="weight has dtype BFloat16 but x has dtype Float"):
+        kernel.rms_norm(torch.randn(4, 8), torch.randn(8, dtype=torch.bfloat16), 1e-6)
+    with pytest.raises(RuntimeError, match=r"weight must have shape \[8\]"):
+        kernel.rms_norm(torch.randn(4, 8), torch.randn(9), 1e-6)
+
+
+def test_available_tiers_follow_the_cpu(kernel, monkeypatch):
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+    tiers = kernel.available_tiers()
+    assert tiers[0] == "generic"
+    assert tiers == [t for t in TIERS if has_isa(t)]
+    monkeypatch.setenv("KERNEL_CPU_MASK", "avx512")
+    assert "avx512" not in kernel.available_tiers()
+    monkeypatch.setenv("KERNEL_CPU_MASK", "avx2")
+    assert kernel.available_tiers() == ["generic"]
+
+
+def test_dispatch_tier_reads_the_knob_at_each_call(kernel, monkeypatch):
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+    monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
+    x = torch.randn(64, 4096)
+    best = kernel.available_tiers()[-1]
+    assert kernel.dispatch_tier("rms_norm", x, torch.randn(4096)) == best
+    for tier in kernel.available_tiers():
+        monkeypatch.setenv("KERNEL_CPU_ISA", tier)
+        assert kernel.dispatch_tier("softmax", x) == tier
+    monkeypatch.delenv("KERNEL_CPU_ISA")
+    monkeypatch.setenv("KERNEL_CPU_MASK", "avx512,avx2")
+    assert kernel.dispatch_tier("softmax", x) == "generic"
+
+
+def test_small_inputs_below_the_threshold_use_the_generic_tier(kernel, monkeypatch):
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+    monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
+    # The measured crossover is below one element (see the dispatcher), so only
+    # empty problems fall under the threshold; a 1-element row already uses SIMD.
+    assert kernel.dispatch_tier("softmax", torch.empty(0, 16)) == "generic"
+    assert kernel.dispatch_tier("softmax", torch.randn(1, 1)) == kernel.available_tiers()[-1]
+    assert torch.equal(kernel.softmax(torch.randn(1, 1)), torch.ones(1, 1))
+
+
+def test_asking_for_a_tier_the_cpu_lacks_is_a_clear_error(kernel, monkeypatch):
+    monkeypatch.setenv("KERNEL_CPU_MASK", "avx512")  # simulate a CPU without AVX512
+    monkeypatch.setenv("KERNEL_CPU_ISA", "avx512")
+    x = torch.randn(4, 32)
+    with pytest.raises(RuntimeError, match=r"KERNEL_CPU_ISA=avx512 asks for the avx512 tier.*KERNEL_CPU_MASK hides it"):
+        kernel.softmax(x)
+    with pytest.raises(RuntimeError, match="Tiers available here: generic"):
+        kernel.dispatch_tier("softmax", x)
+    monkeypatch.setenv("KERNEL_CPU_ISA", "sse9")
+    with pytest.raises(RuntimeError, match="KERNEL_CPU_ISA='sse9' is not a tier"):
+        kernel.softmax(x)
+
+
+def test_softmax_of_very_negative_logits_keeps_denormals(kernel, tier_env):
+    """exp(x - max) below FLT_MIN must give the denormal, not 0 (bf16 shares fp32's range)."""
+    tier_env("generic")
+    x = torch.tensor([[0.0, -88.0, -95.0, -100.0, -200.0, float("-inf")] + [-300.0] * 20])
+    ref = torch.softmax(x.double(), -1)
+    for tier in [t for t in TIERS if has_isa(t)]:
+        os.environ["KERNEL_CPU_ISA"] = tier
+        for dtype in (torch.float32, torch.bfloat16):
+            out = kernel.softmax(x.to(dtype))
+            expect = ref.to(dtype)
+            assert torch.equal(out, expect), f"{tier} {dtype}: {out.tolist()} != {expect.tolist()}"
+
+
+def test_empty_inputs(kernel):
+    assert kernel.softmax(torch.empty(0, 16)).shape == (0, 16)
+    assert kernel.silu_and_mul(torch.empty(3, 0)).shape == (3, 0)
+
+
+def test_threads_follow_torch_set_num_threads(kernel, tier_env):
+    """Results do not depend on the thread count (rows are independent)."""
+    tier_env("generic")
+    best = kernel.available_tiers()[-1]
+    os.environ["KERNEL_CPU_ISA"] = best
+    x = torch.randn(256, 4096, dtype=torch.bfloat16)
+    w = torch.randn(4096, dtype=torch.bfloat16)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = kernel.rms_norm(x, w, 1e-6)
+        torch.set_num_threads(2)
+        two = kernel.rms_norm(x, w, 1e-6)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+
+
+# ---------------------------------------------------------------- installed wheel
+
+WHEEL_CHECK = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch, torch.nn.functional as F
+    import harness_catalogue as k
+    report = {"tiers": k.available_tiers(), "max_err": {}}
+    x = torch.randn(33, 4096 + 13)
+    w = torch.randn(4096 + 13)
+    for tier in k.available_tiers():
+        os.environ["KERNEL_CPU_ISA"] = tier
+        ref = F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+        err = ((k.rms_norm(x, w, 1e-6) - ref).abs() / (1e-6 + 1e-5 * ref.abs())).max().item()
+        sm = torch.softmax(x, -1)
+        err = max(err, ((k.softmax(x) - sm).abs() / (1e-6 + 1e-5 * sm.abs())).max().item())
+        report["max_err"][tier] = err
+    print(json.dumps(report))
+    """
+)
+
+
+def test_installed_wheel_imports_and_computes(catalogue_kernel_dir: Path):
+    config = load_config()
+    install = subprocess.run(
+        config.install_command, shell=True, cwd=catalogue_kernel_dir, capture_output=True, text=True, timeout=600
+    )
+    assert install.returncode == 0, f"`{config.install_command}` failed:\n{install.stdout}\n{install.stderr}"
+    env = {k: v for k, v in os.environ.items() if k not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
+    run = subprocess.run(
+        [sys.executable, "-c", WHEEL_CHECK], cwd="/", capture_output=True, text=True, timeout=600, env=env
+    )
+    assert run.returncode == 0, f"importing the installed harness_catalogue failed:\n{run.stderr}"
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["tiers"] == [t for t in TIERS if has_isa(t)]
+    for tier, err in report["max_err"].items():
+        assert err <= 1.0, f"installed wheel, tier {tier}: error {err:.3g} x tolerance"

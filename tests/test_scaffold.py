@@ -1,0 +1,308 @@
+"""scripts/new_kernel.py and kernel_harness.scaffold: what a generated project contains.
+
+Fast tests (no compiler) check the files, build.toml and the refusal to
+overwrite; the slow one builds an unknown-op skeleton to prove it compiles,
+loads, and fails at run time with the KERNEL_TODO message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from kernel_harness.errors import UsageError
+from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, generate_project, plan_project
+
+ALL_OPS = tuple(CATALOGUE)
+
+
+def make(tmp_path: Path, ops=("rms_norm",), name="my_kernel", **kw) -> Path:
+    directory = tmp_path / "kernel"
+    generate_project(ScaffoldOptions(ops=tuple(ops), name=name, directory=directory, **kw))
+    return directory
+
+
+def kernel_sections(build: dict) -> dict[str, dict]:
+    return build["kernel"]
+
+
+def test_layout_follows_kernel_builder_conventions(tmp_path):
+    d = make(tmp_path, ALL_OPS)
+    expected = [
+        "build.toml",
+        "torch-ext/torch_binding.cpp",
+        "torch-ext/torch_binding.h",
+        "torch-ext/my_kernel/__init__.py",
+        "my_kernel_cpu/cpu_features.hpp",
+        "my_kernel_cpu/my_kernel_cpu.cpp",
+        "my_kernel_cpu/my_kernel_cpu_torch.cpp",
+        "my_kernel_cpu/my_kernel_avx512.cpp",
+        "my_kernel_cpu/my_kernel_avx2.cpp",
+    ]
+    for rel in expected:
+        assert (d / rel).is_file(), rel
+    every_cpp = {str(p.relative_to(d)) for p in d.rglob("*.cpp")}
+    build = tomllib.loads((d / "build.toml").read_text())
+    listed = {src for sec in kernel_sections(build).values() for src in sec["src"]} | set(build["torch"]["src"])
+    assert every_cpp <= listed, "every .cpp must be in some build.toml section"
+    assert all((d / src).is_file() for src in listed), "every listed source must exist"
+
+
+def test_build_toml_schema_and_flags(tmp_path):
+    d = make(tmp_path, ALL_OPS)
+    build = tomllib.loads((d / "build.toml").read_text())
+    general = build["general"]
+    assert general["name"] == "my_kernel" and general["backends"] == ["cpu"]
+    assert {"version", "license", "edition"} <= set(general)
+    assert build["torch"]["src"] == ["torch-ext/torch_binding.cpp", "torch-ext/torch_binding.h"]
+    sections = kernel_sections(build)
+    assert set(sections) == {"my_kernel_cpu", "my_kernel_cpu_avx2", "my_kernel_cpu_avx512"}
+    for sec in sections.values():
+        assert sec["backend"] == "cpu" and sec["depends"] == ["torch"] and sec["include"] == ["my_kernel_cpu"]
+    avx512 = sections["my_kernel_cpu_avx512"]["cxx-flags"]
+    assert {"-mavx512f", "-mavx512bf16", "-mavx512vl", "-fopenmp"} <= set(avx512)
+    assert not any(flag.startswith("-mamx") for flag in avx512), "element-wise kernels need no AMX"
+    assert {"-mavx2", "-mfma", "-mf16c", "-fopenmp"} <= set(sections["my_kernel_cpu_avx2"]["cxx-flags"])
+    assert not any("avx512" in f for f in sections["my_kernel_cpu_avx2"]["cxx-flags"])
+
+
+def test_build_toml_passes_the_shared_schema_checker(tmp_path):
+    buildtoml = pytest.importorskip("kernel_harness.buildtoml")
+    d = make(tmp_path, ALL_OPS)
+    parsed, problems = buildtoml.check_build_toml(d / "build.toml")
+    assert parsed is not None and problems == []
+
+
+def test_gemm_kind_adds_amx_and_vbmi_flags(tmp_path):
+    d = make(tmp_path, ("my_gemm",), kind="gemm")
+    flags = tomllib.loads((d / "build.toml").read_text())["kernel"]["my_kernel_cpu_avx512"]["cxx-flags"]
+    assert {"-mavx512dq", "-mavx512bw", "-mavx512vbmi", "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-fopenmp"} <= set(flags)
+
+
+def test_tier_units_include_no_torch_headers(tmp_path):
+    d = make(tmp_path, ALL_OPS)
+    for tier in ("avx2", "avx512"):
+        text = (d / f"my_kernel_cpu/my_kernel_{tier}.cpp").read_text()
+        includes = re.findall(r'#include\s+[<"]([^>"]+)[>"]', text)
+        assert not [i for i in includes if i.startswith(("torch", "ATen", "c10"))], includes
+        # ...nor indirectly through the shared raw-pointer header
+        tiers_hpp = (d / "my_kernel_cpu/my_kernel_tiers.hpp").read_text()
+        assert "torch" not in "".join(re.findall(r"#include[^\n]*", tiers_hpp))
+    assert "_mm512_" not in (d / "my_kernel_cpu/my_kernel_avx2.cpp").read_text()
+
+
+def test_cpu_features_checks_os_support_and_amx_permission(tmp_path):
+    text = (make(tmp_path) / "my_kernel_cpu/cpu_features.hpp").read_text()
+    assert "namespace my_kernel_cpu" in text
+    for needle in ("xgetbv", "__cpuid_count", "avx512bf16", "kArchReqXcompPerm", "kXfeatureXtiledata = 18", "static const CpuFeatures"):
+        assert needle in text, needle
+
+
+def test_dispatcher_reads_the_knob_per_call_and_has_a_threshold(tmp_path):
+    text = (make(tmp_path) / "my_kernel_cpu/my_kernel_cpu.cpp").read_text()
+    pick = text[text.index("Tier pick_tier("):]
+    assert 'std::getenv("KERNEL_CPU_ISA")' in pick.split("\n}\n")[0], "the knob must be read inside pick_tier"
+    assert "generic_threshold(op)" in pick
+    assert "KERNEL_CPU_MASK" in text
+
+
+def test_catalogue_ops_are_complete_and_unknown_ops_are_marked(tmp_path):
+    complete = make(tmp_path / "a", ALL_OPS)
+    for path in complete.rglob("*.cpp"):
+        assert "KERNEL_TODO(" not in path.read_text(), path
+    skeleton = make(tmp_path / "b", ("fancy_op",))
+    todo_files = {p.name for p in skeleton.rglob("*.cpp") if "KERNEL_TODO(" in p.read_text()}
+    assert todo_files == {"my_kernel_avx512.cpp", "my_kernel_avx2.cpp", "my_kernel_cpu.cpp"}
+    init = (skeleton / "torch-ext/my_kernel/__init__.py").read_text()
+    assert "def fancy_op(x" in init and "def available_tiers" in init and "def dispatch_tier" in init
+    binding = (skeleton / "torch-ext/torch_binding.cpp").read_text()
+    assert 'ops.def("fancy_op(Tensor x) -> Tensor")' in binding
+
+
+def test_several_ops_in_one_package(tmp_path):
+    d = make(tmp_path, ("rms_norm", "softmax", "my_extra"))
+    init = (d / "torch-ext/my_kernel/__init__.py").read_text()
+    for fn in ("def rms_norm(", "def softmax(", "def my_extra("):
+        assert fn in init
+    compile(init, "__init__.py", "exec")  # valid Python
+    binding = (d / "torch-ext/torch_binding.cpp").read_text()
+    assert "TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops)" in binding and "REGISTER_EXTENSION(TORCH_EXTENSION_NAME)" in binding
+    assert binding.count("c10::kCPU") == 6  # op and op_out for each of the three
+
+
+def test_tiers_and_dtypes_options(tmp_path):
+    d = make(tmp_path, ("rms_norm",), tiers=("generic", "avx512"), dtypes=("fp32", "bf16"))
+    assert not (d / "my_kernel_cpu/my_kernel_avx2.cpp").exists()
+    build = tomllib.loads((d / "build.toml").read_text())
+    assert set(build["kernel"]) == {"my_kernel_cpu", "my_kernel_cpu_avx512"}
+    assert "#define KERNEL_HAVE_AVX2 0" in (d / "my_kernel_cpu/my_kernel_tiers.hpp").read_text()
+    bridge = (d / "my_kernel_cpu/my_kernel_cpu_torch.cpp").read_text()
+    assert "at::kFloat" in bridge and "at::kBFloat16" in bridge and "at::kHalf" not in bridge
+
+
+def test_refuses_to_overwrite_without_force(tmp_path):
+    d = make(tmp_path)
+    unit = d / "my_kernel_cpu/my_kernel_avx512.cpp"
+    unit.write_text("// the agent's work\n")
+    with pytest.raises(UsageError, match="--force"):
+        generate_project(ScaffoldOptions(ops=("rms_norm",), name="my_kernel", directory=d))
+    assert unit.read_text() == "// the agent's work\n"
+    generate_project(ScaffoldOptions(ops=("rms_norm",), name="my_kernel", directory=d, force=True))
+    assert "rms_norm_rows" in unit.read_text()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"name": "My-Kernel"}, "--name"),
+        ({"name": "class"}, "--name"),
+        ({"ops": ("bad op",)}, "op name"),
+        ({"ops": ()}, "at least one op"),
+        ({"ops": ("rms_norm", "rms_norm")}, "twice"),
+        ({"kind": "convolution"}, "--kind"),
+        ({"dtypes": ("fp8",)}, "--dtypes"),
+        ({"tiers": ("avx2", "avx512")}, "must include generic"),
+        ({"tiers": ("generic", "neon")}, "--tiers"),
+    ],
+)
+def test_bad_options_are_usage_errors(tmp_path, kwargs, message):
+    options = {"ops": ("rms_norm",), "name": "my_kernel", "directory": tmp_path / "k", **kwargs}
+    with pytest.raises(UsageError, match=message):
+        plan_project(ScaffoldOptions(**options))
+    assert not (tmp_path / "k").exists()
+
+
+def test_cli_writes_the_project_and_json(script, tmp_path):
+    run = script("new_kernel", "--op", "rms_norm,silu_and_mul", "--name", "cli_kernel", "--json", "out.json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "kernel/build.toml").is_file()  # default --dir kernel/
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert [op["name"] for op in report["ops"]] == ["rms_norm", "silu_and_mul"]
+    assert report["unfinished_ops"] == [] and "build.toml" in report["files"]
+    again = script("new_kernel", "--op", "rms_norm", "--name", "cli_kernel", cwd=tmp_path)
+    assert again.returncode == 2 and "--force" in again.stderr
+    forced = script("new_kernel", "--op", "rms_norm", "--name", "cli_kernel", "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+
+
+def test_cli_reports_a_bad_name_without_traceback(script, tmp_path):
+    run = script("new_kernel", "--op", "rms_norm", "--name", "9lives", cwd=tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "--name" in run.stderr
+
+
+@pytest.mark.slow
+def test_unknown_op_skeleton_builds_and_reports_todo_at_run_time(script, tmp_path):
+    from kernel_harness.config import load_config
+    import subprocess
+    import sys
+
+    if not (Path(__file__).resolve().parent.parent / "scripts/build_kernel.py").is_file():
+        pytest.skip("scripts/build_kernel.py does not exist yet")
+    d = make(tmp_path, ("fancy_op",), name="skeleton_kernel", tiers=("generic", "avx512"))
+    build = subprocess.run(load_config().build_command, shell=True, cwd=d, capture_output=True, text=True, timeout=1800)
+    assert build.returncode == 0, build.stdout + build.stderr
+    check = (
+        "import os, sys, torch, kernels; from pathlib import Path\n"
+        f"k = kernels.get_local_kernel(Path({str(d)!r}))\n"
+        "for tier in k.available_tiers():\n"
+        "    os.environ['KERNEL_CPU_ISA'] = tier\n"
+        "    try:\n"
+        "        k.fancy_op(torch.randn(4, 40))\n"
+        "    except RuntimeError as e:\n"
+        "        assert 'KERNEL_TODO: fancy_op' in str(e), str(e)\n"
+        "    else:\n"
+        "        sys.exit('no KERNEL_TODO error in tier ' + tier)\n"
+        "print('ok')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "ok" in run.stdout, run.stdout + run.stderr
+    validate = script("validate_cpu_kernel", d, "--json", tmp_path / "v.json", cwd=tmp_path)
+    assert validate.returncode == 1 and "KERNEL_TODO" in validate.stdout + validate.stderr
+    codes = {e["code"] for e in json.loads((tmp_path / "v.json").read_text())["errors"]}
+    assert codes == {"unfinished-body"}, codes
+
+
+def test_avx512_unit_exposes_one_define_per_tuning_knob(tmp_path):
+    """The demo's trials change exactly one '#define NAME value' line of the AVX512 unit."""
+    d = make(tmp_path, ("rms_norm", "silu_and_mul", "softmax"))
+    text = (d / "my_kernel_cpu/my_kernel_avx512.cpp").read_text()
+    for knob in (
+        "RMS_NORM_ACCUMULATORS", "RMS_NORM_UNROLL", "RMS_NORM_PREFETCH_ROWS", "RMS_NORM_STREAM_STORES",
+        "RMS_NORM_PARALLEL_MIN_ELEMENTS", "SILU_AND_MUL_UNROLL", "SILU_AND_MUL_STREAM_STORES",
+        "SILU_AND_MUL_PARALLEL_MIN_ELEMENTS", "SOFTMAX_PARALLEL_MIN_ELEMENTS",
+    ):
+        assert len(re.findall(rf"^#define {knob} \d+$", text, re.MULTILINE)) == 1, knob
+
+
+def test_generated_catalogue_validates_clean(script, tmp_path):
+    if not (Path(__file__).resolve().parent.parent / "scripts/validate_cpu_kernel.py").is_file():
+        pytest.skip("scripts/validate_cpu_kernel.py does not exist yet")
+    d = make(tmp_path, ALL_OPS)
+    run = script("validate_cpu_kernel", d, "--json", tmp_path / "v.json", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((tmp_path / "v.json").read_text())
+    assert report["ok"] is True and report["errors"] == []
+
+
+KNOB_VARIANT = {
+    "RMS_NORM_ACCUMULATORS": "1",
+    "RMS_NORM_UNROLL": "4",
+    "RMS_NORM_PREFETCH_ROWS": "2",
+    "RMS_NORM_STREAM_STORES": "1",
+    "RMS_NORM_PARALLEL_MIN_ELEMENTS": "64",
+    "SILU_AND_MUL_UNROLL": "4",
+    "SILU_AND_MUL_STREAM_STORES": "1",
+    "SILU_AND_MUL_PARALLEL_MIN_ELEMENTS": "64",
+    "SOFTMAX_PARALLEL_MIN_ELEMENTS": "64",
+}
+
+
+@pytest.mark.slow
+def test_every_tuning_knob_setting_stays_correct(tmp_path):
+    """The demo flips these knobs; the non-default settings must stay exact too."""
+    import subprocess
+    import sys
+
+    from kernel_harness.config import load_config
+
+    if not (Path(__file__).resolve().parent.parent / "scripts/build_kernel.py").is_file():
+        pytest.skip("scripts/build_kernel.py does not exist yet")
+    d = make(tmp_path, ("rms_norm", "silu_and_mul", "softmax"), name="knob_kernel")
+    for unit in ("knob_kernel_avx512.cpp", "knob_kernel_avx2.cpp"):
+        path = d / "knob_kernel_cpu" / unit
+        text = path.read_text()
+        for knob, value in KNOB_VARIANT.items():
+            text, count = re.subn(rf"^#define {knob} .*$", f"#define {knob} {value}", text, flags=re.MULTILINE)
+            assert count == 1, knob
+        path.write_text(text)
+    build = subprocess.run(load_config().build_command, shell=True, cwd=d, capture_output=True, text=True, timeout=1800)
+    assert build.returncode == 0, build.stdout + build.stderr
+    check = (
+        "import os, torch, torch.nn.functional as F, kernels; from pathlib import Path\n"
+        f"k = kernels.get_local_kernel(Path({str(d)!r}))\n"
+        "torch.manual_seed(0)\n"
+        "for tier in k.available_tiers():\n"
+        "    os.environ['KERNEL_CPU_ISA'] = tier\n"
+        "    for dt in (torch.float32, torch.bfloat16, torch.float16):\n"
+        "        for rows, cols in ((1, 7), (33, 4096 + 13), (64, 4096)):\n"
+        "            x = torch.randn(rows, cols).to(dt); w = (1 + 0.1 * torch.randn(cols)).to(dt)\n"
+        "            xd = x.double(); ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()).to(dt)\n"
+        "            got = k.rms_norm(x, w, 1e-6)\n"
+        "            if dt != torch.float32: assert torch.equal(got, ref), ('rms_norm', tier, dt, rows, cols)\n"
+        "            else: torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-5)\n"
+        "            x2 = (2 * torch.randn(rows, 2 * cols)).to(dt); x2d = x2.double()\n"
+        "            ref2 = (F.silu(x2d[..., :cols]) * x2d[..., cols:]).to(dt)\n"
+        "            got2 = k.silu_and_mul(x2)\n"
+        "            if dt != torch.float32: assert torch.equal(got2, ref2), ('silu', tier, dt, rows, cols)\n"
+        "            else: torch.testing.assert_close(got2, ref2, atol=1e-6, rtol=1e-5)\n"
+        "            x3 = (3 * torch.randn(rows, cols)).to(dt)\n"
+        "            torch.testing.assert_close(k.softmax(x3).double(), torch.softmax(x3.double(), -1), atol=1e-6,\n"
+        "                                       rtol=torch.finfo(dt).eps if dt != torch.float32 else 1e-5)\n"
+        "print('ok')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and "ok" in run.stdout, run.stdout + run.stderr
