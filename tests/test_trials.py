@@ -256,7 +256,10 @@ def test_status_reports_best_plateau_regression_and_budget(workspace):
 
 def test_status_early_stop(workspace, tmp_path, monkeypatch):
     config = tmp_path / "cfg.yaml"
-    config.write_text((PROJECT_ROOT / "scripts" / "config.yaml").read_text().replace("early_stop_speedup: 10.0", "early_stop_speedup: 2.5"))
+    import yaml
+
+    values = yaml.safe_load((PROJECT_ROOT / "scripts" / "config.yaml").read_text())
+    config.write_text(yaml.safe_dump({**values, "early_stop_speedup": 2.5}))
     monkeypatch.setenv("KERNEL_HARNESS_CONFIG", str(config))
     build_history(workspace, [2.0, 3.0], [None, "t0"])
     payload, _, _ = commands.status("rms")

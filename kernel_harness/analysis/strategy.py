@@ -67,8 +67,8 @@ def _vector(machine: MachineProfile, dtype: str) -> dict[str, Any]:
         data["load_store"] = (
             f"load {lanes_fp32} bf16 (a {bits // 2}-bit half register), widen to fp32 by a 16-bit left shift "
             "(cvtepu16 + slli), compute in fp32, narrow with round-to-nearest-even"
-            + (" (_mm512_cvtneps_pbh, AVX512-BF16)" if machine.has_flag("avx512_bf16") else " (integer RNE sequence)")
-            + " - never by truncation"
+            + " with the integer RNE sequence (bf16-rne-conversion; _mm512_cvtneps_pbh flushes fp32 denormals "
+            "to zero, so use it only when the outputs cannot be denormal) - never by truncation"
         )
     elif dtype == "fp16":
         data["load_store"] = (

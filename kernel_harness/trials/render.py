@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.markup import escape
 from rich.tree import Tree
 
 from .insights import TreeInsights
@@ -32,7 +33,7 @@ def rich_tree(state: TreeState, insights: TreeInsights) -> Tree:
     best_id = insights.best.id if insights.best else None
     for trial in state.trials:
         marker = " [bold yellow]<- best[/bold yellow]" if trial.id == best_id else ""
-        label = f"[bold]{trial.id}[/bold] {describe_result(trial)}{marker}\n[dim]{trial.strategy}[/dim]"
+        label = f"[bold]{trial.id}[/bold] {describe_result(trial)}{marker}\n[dim]{escape(trial.strategy)}[/dim]"
         nodes[trial.id] = nodes[trial.parent].add(label)
     return root
 

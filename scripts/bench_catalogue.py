@@ -1,0 +1,64 @@
+"""Benchmark: the generated catalogue kernels vs PyTorch eager and the allocate+copy floor.
+
+Prints, per op, dtype and shape: PyTorch us, ours us, speedup, GB/s, our time
+as a multiple of the floor, and the tier the dispatcher picked. The numbers in
+the README's performance table come from this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+
+import _bootstrap  # noqa: F401  (makes kernel_harness importable from any directory)
+import torch
+from rich.table import Table
+
+from kernel_harness.cli import add_json_option, console, run_main, write_json_report
+from kernel_harness.kernel_loader import load_kernel_module
+from kernel_harness.perf_table import DEFAULT_CASES, build_perf_kernel, measure, rows_as_dicts
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kernel-dir", type=Path,
+                        default=Path.home() / ".cache" / "kernel_harness" / "perf-catalogue",
+                        help="where the catalogue kernel is generated and built (incremental)")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per case")
+    parser.add_argument("--threads", type=int, default=None, help="torch/OpenMP threads (default: torch's)")
+    add_json_option(parser)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with console.status("generating and building the catalogue kernel"):
+        kernel = load_kernel_module(str(build_perf_kernel(args.kernel_dir.resolve())))
+    table = Table(title=f"Catalogue kernels vs PyTorch eager ({_cpu_model()}, {torch.get_num_threads()} threads)")
+    for column in ("op dtype shape", "PyTorch us", "ours us", "speedup", "GB/s", "x floor", "tier"):
+        table.add_column(column, justify="right" if column != "op dtype shape" else "left")
+    rows = []
+    for case in DEFAULT_CASES:
+        with console.status(f"timing {case.label}"):
+            row = measure(case, kernel, rounds=args.rounds)
+        rows.append(row)
+        table.add_row(row.case, f"{row.torch_us:.0f}", f"{row.ours_us:.0f}", f"{row.speedup:.2f}x",
+                      f"{row.gbps:.1f}", f"{row.floor_fraction:.2f}", row.tier)
+    console.print(table)
+    load = os.getloadavg()[0]
+    console.print(f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs")
+    write_json_report(args.json, {"machine": _cpu_model(), "threads": torch.get_num_threads(),
+                                  "load_average": load, "rows": rows_as_dicts(rows)})
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
