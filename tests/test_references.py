@@ -745,14 +745,10 @@ def _level_memory(entry, lib):
 
 @check("bf16_correct_rounding")
 def _bf16_correct_rounding(entry, lib):
-    g = torch.Generator().manual_seed(29)
+    from kernel_harness.snippets.measure import bf16_rms_norm_case
+
     rows, cols = 1024, 4096
-    x = torch.randn(rows, cols, generator=g).to(torch.bfloat16)
-    w = (1.0 + 0.1 * torch.randn(cols, generator=g)).to(torch.bfloat16)
-    xd = x.double()
-    ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()).to(torch.bfloat16)
-    ref_bits = ref.view(torch.int16).numpy().view(np.uint16)
-    xb, wb = x.view(torch.int16).numpy().view(np.uint16), w.view(torch.int16).numpy().view(np.uint16)
+    xb, wb, ref_bits = bf16_rms_norm_case(rows, cols)
     y = np.empty_like(xb)
     lib("rms_norm_bf16_exact_c", xb, wb, y, rows, cols, ctypes.c_double(1e-6))
     assert np.array_equal(y, ref_bits), f"{int((y != ref_bits).sum())} elements differ from the float64 reference"

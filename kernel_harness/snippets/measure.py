@@ -33,6 +33,26 @@ class Measurement:
         return {"key": self.key, "entry": self.entry_id, "description": self.description, "values": self.values}
 
 
+def bf16_rms_norm_case(rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bf16 rms_norm inputs and the float64 reference rounded once, as uint16 bit patterns.
+
+    The same ground truth as ``examples/rms_norm/baseline.py``; used to show
+    which implementations are correctly rounded.
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(29)
+    x = torch.randn(rows, cols, generator=g).to(torch.bfloat16)
+    w = (1.0 + 0.1 * torch.randn(cols, generator=g)).to(torch.bfloat16)
+    xd = x.double()
+    ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()).to(torch.bfloat16)
+
+    def bits(t: "torch.Tensor") -> np.ndarray:
+        return t.view(torch.int16).numpy().view(np.uint16)
+
+    return bits(x), bits(w), bits(ref)
+
+
 def best_seconds(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> float:
     for _ in range(warmup):
         fn()
@@ -265,14 +285,10 @@ def run_all(only: set[str] | None = None) -> list[Measurement]:
                 vals["fp16_rows_overflowing_fp16_accumulator"] = float(np.isinf((xf.astype(np.float32) ** 2).sum(-1).astype(np.float16)).mean())
             results.append(Measurement("bf16_fp16_accumulate", "bf16-accumulate-fp32", "rms_norm 256x4096", vals))
         if want("ziv"):
-            g = torch.Generator().manual_seed(29)
             rows, cols = 1024, 4096
-            x = torch.randn(rows, cols, generator=g).to(torch.bfloat16)
-            w = (1.0 + 0.1 * torch.randn(cols, generator=g)).to(torch.bfloat16)
-            xd = x.double()
-            ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()).to(torch.bfloat16)
-            ref_bits = ref.view(torch.int16).numpy().view(np.uint16)
-            xb, wb = x.view(torch.int16).numpy().view(np.uint16), w.view(torch.int16).numpy().view(np.uint16)
+            xb, wb, ref_bits = bf16_rms_norm_case(rows, cols)
+            x = torch.from_numpy(xb.view(np.int16)).view(torch.bfloat16)
+            w = torch.from_numpy(wb.view(np.int16)).view(torch.bfloat16)
             y = np.empty_like(xb)
             Lz, Lp = lib("bf16-correct-rounding"), lib("bf16-accumulate-fp32")
             tz = best_seconds(lambda: Lz("rms_norm_bf16_exact_c", xb, wb, y, rows, cols, ctypes.c_double(1e-6)), repeats=10)
