@@ -54,6 +54,17 @@ def _detected_flags() -> frozenset[str]:
         return frozenset()
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` ("unknown CPU" when it cannot be read)."""
+    try:
+        text = CPUINFO_PATH.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "unknown CPU"
+    match = re.search(r"^model name\s*:\s*(.*)$", text, re.MULTILINE)
+    return match.group(1).strip() if match else "unknown CPU"
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's ISA flags (lower case, as ``/proc/cpuinfo`` spells them)."""
     override = os.environ.get(FLAGS_ENV_VAR)

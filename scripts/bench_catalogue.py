@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,16 +16,10 @@ import _bootstrap  # noqa: F401  (makes kernel_harness importable from any direc
 import torch
 from rich.table import Table
 
+from kernel_harness.cpu import cpu_model
 from kernel_harness.cli import add_json_option, console, run_main, write_json_report
 from kernel_harness.kernel_loader import load_kernel_module
 from kernel_harness.perf_table import DEFAULT_CASES, build_perf_kernel, measure, rows_as_dicts
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     with console.status("generating and building the catalogue kernel"):
         kernel = load_kernel_module(str(build_perf_kernel(args.kernel_dir.resolve())))
-    table = Table(title=f"Catalogue kernels vs PyTorch eager ({_cpu_model()}, {torch.get_num_threads()} threads)")
+    table = Table(title=f"Catalogue kernels vs PyTorch eager ({cpu_model()}, {torch.get_num_threads()} threads)")
     for column in ("op dtype shape", "PyTorch us", "ours us", "speedup", "GB/s", "x floor", "tier"):
         table.add_column(column, justify="right" if column != "op dtype shape" else "left")
     rows = []
@@ -55,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(table)
     load = os.getloadavg()[0]
     console.print(f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs")
-    write_json_report(args.json, {"machine": _cpu_model(), "threads": torch.get_num_threads(),
+    write_json_report(args.json, {"machine": cpu_model(), "threads": torch.get_num_threads(),
                                   "load_average": load, "rows": rows_as_dicts(rows)})
     return 0
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import __version__
+from ..cpu import cpu_model
 from .runner import BenchResult
 from .runner import _last_level_cache_bytes as llc_bytes
 
@@ -39,15 +40,8 @@ def versions(kernel_version: str | None = None) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    model = "unknown"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    model = cpu_model()
+    model = "unknown" if model == "unknown CPU" else model
     try:
         from ..cpu import supported_tiers
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from ..cpu import cpu_model
 from ..errors import UsageError
 from ..paths import TEMPLATES_DIR
 from .layout import KernelSource, Signature, kernel_functions
@@ -146,13 +147,7 @@ def machine_text(value: Any) -> str:
 
 def local_machine_text() -> str:
     """The CPU model of this machine from /proc/cpuinfo (no probing, no timing)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
+    return cpu_model()
 
 
 def _api_section(source: KernelSource) -> str:
