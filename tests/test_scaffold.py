@@ -231,9 +231,10 @@ def test_avx512_unit_exposes_one_define_per_tuning_knob(tmp_path):
     d = make(tmp_path, ("rms_norm", "silu_and_mul", "softmax"))
     text = (d / "my_kernel_cpu/my_kernel_avx512.cpp").read_text()
     for knob in (
-        "RMS_NORM_ACCUMULATORS", "RMS_NORM_UNROLL", "RMS_NORM_PREFETCH_ROWS", "RMS_NORM_STREAM_STORES",
-        "RMS_NORM_PARALLEL_MIN_ELEMENTS", "SILU_AND_MUL_UNROLL", "SILU_AND_MUL_STREAM_STORES",
-        "SILU_AND_MUL_PARALLEL_MIN_ELEMENTS", "SOFTMAX_PARALLEL_MIN_ELEMENTS",
+        "RMS_NORM_FAST_SUMSQ", "RMS_NORM_ACCUMULATORS", "RMS_NORM_UNROLL", "RMS_NORM_PREFETCH_ROWS",
+        "RMS_NORM_STREAM_STORES", "RMS_NORM_PARALLEL_MIN_ELEMENTS", "SILU_AND_MUL_UNROLL",
+        "SILU_AND_MUL_STREAM_STORES", "SILU_AND_MUL_TABLE", "SILU_AND_MUL_PARALLEL_MIN_ELEMENTS",
+        "SOFTMAX_PARALLEL_MIN_ELEMENTS",
     ):
         assert len(re.findall(rf"^#define {knob} \d+$", text, re.MULTILINE)) == 1, knob
 
@@ -249,13 +250,15 @@ def test_generated_catalogue_validates_clean(script, tmp_path):
 
 
 KNOB_VARIANT = {
+    "RMS_NORM_FAST_SUMSQ": "0",
     "RMS_NORM_ACCUMULATORS": "1",
-    "RMS_NORM_UNROLL": "4",
+    "RMS_NORM_UNROLL": "2",
     "RMS_NORM_PREFETCH_ROWS": "2",
     "RMS_NORM_STREAM_STORES": "1",
     "RMS_NORM_PARALLEL_MIN_ELEMENTS": "64",
     "SILU_AND_MUL_UNROLL": "4",
     "SILU_AND_MUL_STREAM_STORES": "1",
+    "SILU_AND_MUL_TABLE": "0",
     "SILU_AND_MUL_PARALLEL_MIN_ELEMENTS": "64",
     "SOFTMAX_PARALLEL_MIN_ELEMENTS": "64",
 }
