@@ -57,9 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-if-as-accurate", action="store_true",
                    help="pass a kernel no less accurate than the baseline against the fp64 oracle "
                         "(implies --oracle fp64); the JSON records the rule used")
-    p.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds (default 20)")
+    p.add_argument("--rounds", type=int, default=BenchOptions.rounds,
+                   help=f"interleaved timing rounds (default {BenchOptions.rounds})")
     p.add_argument("--calls", type=int, default=None,
                    help="timed calls per round and side (default: calibrated)")
+    p.add_argument("--processes", type=int, default=BenchOptions.timing_processes,
+                   help="worker processes per side that the timing rounds rotate over (default "
+                        f"{BenchOptions.timing_processes}; each extra one costs a torch import): "
+                        "the interval then also covers a process's own performance regime")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads for baseline and kernel (default: torch's default)")
     p.add_argument("--seed", type=int, default=None,
@@ -82,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         timeout=args.timeout, cold=args.cold, oracle=args.oracle,
         accept_if_as_accurate=args.accept_if_as_accurate, assert_dispatch=args.assert_dispatch,
         dispatch_tolerance_pct=args.tolerance, rounds=args.rounds, calls_per_round=args.calls,
+        timing_processes=args.processes,
         threads=args.threads, seed=args.seed,
     )
     bench = Benchmark(options)

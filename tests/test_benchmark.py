@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy
 import pytest
 import torch
 from bench_helpers import BASELINES, FAST, KERNELS, RMS, ROOT, checks, load_script, run_bench
@@ -55,6 +56,24 @@ def test_honest_kernel_passes_with_a_full_report(tmp_path):
     assert report["versions"]["torch"] == torch.__version__
     assert report["throughput"]["gbps"] > 0
     assert report["machine"]["logical_cpus"] >= 1
+    assert report["timing"]["processes_per_side"] == 1
+
+
+def test_timing_rounds_rotate_over_worker_processes(tmp_path):
+    code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op",
+                             "bk_honest.rms_norm", "--rounds", "4", "--calls", "3", "--processes", "2")
+    assert code == 0, report["failures"]
+    assert report["timing"]["processes_per_side"] == 2
+    assert report["timing"]["kernel"]["calls"] == 12 and report["timing"]["baseline"]["calls"] == 12
+    assert report["timing"]["verified_timed_calls"] == 4
+    lo, hi = report["speedup_ci"]
+    assert lo <= report["speedup"] <= hi
+
+
+def test_bad_process_count_is_a_usage_error(tmp_path):
+    code, _ = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm",
+                        "--processes", "0")
+    assert code == 2
 
 
 def test_slower_kernel_passes_and_reports_it(tmp_path):
@@ -269,6 +288,46 @@ def test_speedup_interval_and_verdicts():
     assert same.includes_one and same.verdict() == "no measurable difference"
     faster = stats.speedup(stats.Measurement("b", rounds(2000)), stats.Measurement("k", rounds(1000)))
     assert faster.ci_low > 1.5 and faster.verdict() == "kernel faster"
+
+
+def test_speedup_interval_resamples_blocks_of_neighbouring_rounds():
+    """A slow phase lasting several rounds is one event, not several independent ones."""
+    from kernel_harness.bench.stats import _block_picks
+
+    picks = _block_picks(16, 200, numpy.random.default_rng(1))
+    assert picks.shape == (200, 16)
+    steps = numpy.diff(picks, axis=1) % 16
+    assert (steps == 1).mean() > 0.6  # mostly runs of consecutive rounds (blocks of 4)
+
+
+def test_speedup_interval_covers_disagreeing_worker_processes():
+    """Rounds from two process pairs that disagree by 16 % must not give a narrow interval."""
+    import random
+
+    rng = random.Random(3)
+
+    def measurement(label, centers):
+        m = stats.Measurement(label)
+        for r in range(20):
+            group = r % 2
+            m.add_round([int(centers[group] * rng.uniform(0.99, 1.01)) for _ in range(4)], group=group)
+        return m
+
+    base = measurement("b", (1000, 1000))
+    kern = measurement("k", (920, 1080))  # pair 0 runs 8 % fast, pair 1 8 % slow
+    pooled = stats.speedup(base, kern, seed=1)
+    assert pooled.includes_one and pooled.ci_high - pooled.ci_low > 0.12
+    one_process = stats.speedup(stats.Measurement("b", base.rounds[::2]),
+                                stats.Measurement("k", kern.rounds[::2]), seed=1)
+    assert not one_process.includes_one  # one pair alone looks like a real 8 % difference
+
+
+def test_speedup_interval_never_claims_less_than_the_harness_can_reproduce():
+    base = stats.Measurement("b", [[1000] * 4 for _ in range(20)])
+    kern = stats.Measurement("k", [[970] * 4 for _ in range(20)])  # 3 %: steady, yet below the floor
+    s = stats.speedup(base, kern)
+    assert s.includes_one and s.verdict() == "no measurable difference"
+    assert s.ci_high >= s.value * (1 + stats.REPRODUCIBILITY_FLOOR) - 1e-12
 
 
 def test_pinning_detection():

@@ -87,6 +87,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
             "kernel": result.kernel.summary() if result.kernel else None,
             "calls_per_round": result.calls_per_round,
             "rounds": o.rounds,
+            "processes_per_side": result.timing_processes,
             "cold": o.cold,
             "verified_timed_calls": result.verified_calls,
             "skipped": result.timing_skipped,
@@ -185,7 +186,8 @@ def _print_timing(payload: dict[str, Any], console: Console) -> None:
     table = Table(title=f"timing ({payload['threads']} threads, "
                         f"{'pinned: ' + payload['pinned_detail'] if payload['pinned'] else 'NOT pinned'}, "
                         f"{'cold' if t['cold'] else 'warm'} cache, {t['rounds']} interleaved rounds of "
-                        f"{t['calls_per_round']} calls, fresh inputs per call)")
+                        f"{t['calls_per_round']} calls over {t.get('processes_per_side', 1)} worker "
+                        "process(es) per side, fresh inputs per call)")
     for col in ("", "median us", "IQR us", "min us", "calls", "noise"):
         table.add_column(col)
     for name in ("baseline", "kernel"):

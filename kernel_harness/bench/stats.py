@@ -10,12 +10,23 @@ drift cancellation.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
 import numpy
 
 NOISY_IQR_FRACTION = 0.10
+
+#: Relative run-to-run reproducibility of the speedup itself, below which no
+#: difference is claimed: a kernel identical to its baseline, run 30 times on
+#: the shared 2-vCPU development machine (load ~1.4), gave speedups from 0.951
+#: to 1.025 (SD ~2 %), while each run's own bootstrap interval was often only
+#: +-1.5 % wide and excluded 1.0 in 3 runs of 10. Every interval therefore
+#: reaches at least this far on both sides of the estimate: the harness's
+#: precision target is 0.95-1.05 for an identical kernel, and a smaller
+#: difference is not one an agent should act on.
+REPRODUCIBILITY_FLOOR = 0.05
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:
@@ -33,6 +44,12 @@ class Measurement:
 
     label: str
     rounds: list[list[int]] = field(default_factory=list)
+    # groups[i]: which worker process timed rounds[i] (empty: all one process)
+    groups: list[int] = field(default_factory=list)
+
+    def add_round(self, times: list[int], group: int = 0) -> None:
+        self.rounds.append(times)
+        self.groups.append(group)
 
     @property
     def times_ns(self) -> list[int]:
@@ -100,24 +117,60 @@ def speedup(baseline: Measurement, kernel: Measurement, *, confidence: float = 0
     resamples paired rounds (a baseline round and the kernel round next to it).
 
     Resampling pairs keeps what the ABAB order bought: a burst of load that slowed
-    one pair is drawn with both of its sides.  ``paired`` (the median over pairs of
-    the per-pair ratio) is reported alongside as a drift-robust cross-check.
+    one pair is drawn with both of its sides.  The rounds are drawn in blocks of
+    consecutive ones (a moving-block bootstrap): the machine's slow phases
+    outlast a round, and independent draws made the interval too narrow.  When
+    the rounds ran on several worker-process pairs (``groups``, --processes),
+    the process pairs are drawn with replacement first, then rounds within each,
+    so a process's own performance regime widens the interval instead of
+    biasing it.  Finally the interval is widened to at least
+    ``REPRODUCIBILITY_FLOOR`` on each side: differences smaller than the
+    harness's measured run-to-run spread are "no measurable difference".
+    ``paired`` (the median over pairs of the per-pair ratio) is reported
+    alongside.
     """
     value = baseline.median_us / kernel.median_us
-    pairs = [(b, k) for b, k in zip(baseline.rounds, kernel.rounds, strict=False) if b and k]
+    pairs = [(b, k, g) for b, k, g in zip(baseline.rounds, kernel.rounds, _groups(kernel), strict=False) if b and k]
     if not pairs:
         return Speedup(value, None, None, confidence)
-    ratios = numpy.array([statistics.median(b) / statistics.median(k) for b, k in pairs])
+    ratios = numpy.array([statistics.median(b) / statistics.median(k) for b, k, _ in pairs])
     paired = float(numpy.median(ratios))
     if len(pairs) < 3:
         return Speedup(value, None, None, confidence, paired)
-    n = min(min(len(b), len(k)) for b, k in pairs)
-    base = numpy.array([b[:n] for b, _ in pairs], dtype=numpy.float64)
-    kern = numpy.array([k[:n] for _, k in pairs], dtype=numpy.float64)
+    n = min(min(len(b), len(k)) for b, k, _ in pairs)
+    base = numpy.array([b[:n] for b, _, _ in pairs], dtype=numpy.float64)
+    kern = numpy.array([k[:n] for _, k, _ in pairs], dtype=numpy.float64)
     rng = numpy.random.default_rng(seed)
-    picks = rng.integers(0, len(pairs), size=(resamples, len(pairs)))
-    boot = (numpy.median(base[picks].reshape(resamples, -1), axis=1)
-            / numpy.median(kern[picks].reshape(resamples, -1), axis=1))
+    members = [numpy.array([i for i, (_, _, g) in enumerate(pairs) if g == group])
+               for group in sorted({g for _, _, g in pairs})]
+    # within-group block resamples, as indices into pairs: one (resamples, len) array per group
+    within = [m[_block_picks(len(m), resamples, rng)] for m in members]
+    chosen = rng.integers(0, len(members), size=(resamples, len(members)))
+    boot = numpy.empty(resamples)
+    for i in range(resamples):
+        picks = numpy.concatenate([within[g][i] for g in chosen[i]])
+        boot[i] = numpy.median(base[picks]) / numpy.median(kern[picks])
     tail = (1.0 - confidence) / 2
     low, high = numpy.quantile(boot, [tail, 1 - tail])
-    return Speedup(value, float(low), float(high), confidence, paired)
+    low = min(float(low), value / (1 + REPRODUCIBILITY_FLOOR))
+    high = max(float(high), value * (1 + REPRODUCIBILITY_FLOOR))
+    return Speedup(value, low, high, confidence, paired)
+
+
+def _groups(measurement: Measurement) -> list[int]:
+    if len(measurement.groups) == len(measurement.rounds):
+        return measurement.groups
+    return [0] * len(measurement.rounds)
+
+
+def _block_picks(count: int, resamples: int, rng: numpy.random.Generator) -> numpy.ndarray:
+    """Indices of ``resamples`` circular moving-block resamples of ``count`` items.
+
+    Block length ~ sqrt(count) (the usual choice for short series): 3 for 10
+    pairs, 5 for 30.
+    """
+    block = max(1, round(math.sqrt(count)))
+    blocks = math.ceil(count / block)
+    starts = rng.integers(0, count, size=(resamples, blocks))
+    picks = (starts[:, :, None] + numpy.arange(block)) % count
+    return picks.reshape(resamples, -1)[:, :count]
