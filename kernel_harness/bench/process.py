@@ -22,6 +22,20 @@ from ..paths import PROJECT_ROOT
 from . import protocol
 
 
+#: glibc's malloc adapts its mmap and trim thresholds to each process's history,
+#: so two processes can settle in different regimes: one reusing freed pages,
+#: the other returning them and page-faulting every large output (a 30 %
+#: "speedup" of an identical kernel; eager ops with many large temporaries,
+#: like bf16 rms_norm, vary 3x). Fixed thresholds give every timing process the
+#: same steady state: freed memory is reused, as in a model's inner loop.
+STEADY_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
+
+
+def with_steady_malloc(env: dict[str, str]) -> dict[str, str]:
+    """``env`` plus STEADY_MALLOC_ENV (values already set there win)."""
+    return {**STEADY_MALLOC_ENV, **env}
+
+
 def signal_name(returncode: int | None) -> str:
     if returncode is None:
         return "still running"

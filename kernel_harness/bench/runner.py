@@ -40,7 +40,7 @@ from ..baseline import Baseline, load_baseline
 from ..errors import CheckFailed, KernelCrashed, UsageError
 from . import stats, trace, tree
 from .pinning import detect_pinning
-from .process import WorkerProcess
+from .process import WorkerProcess, with_steady_malloc
 
 TIERS = ("generic", "avx2", "avx512")
 #: Upper bound of input sets rotated per round with --cold (memory and time).
@@ -257,15 +257,10 @@ class Benchmark:
     # ------------------------------------------------------------------ workers
 
     def _spawn(self, role: str) -> WorkerProcess:
-        env = dict(os.environ)
+        # the same allocator steady state for every worker (see STEADY_MALLOC_ENV)
+        env = with_steady_malloc(dict(os.environ))
         # identical thread settings for both workers, for torch and for a kernel's own OpenMP
         env["OMP_NUM_THREADS"] = str(self.result.threads)
-        # glibc's malloc adapts its mmap and trim thresholds to each process's history, so
-        # two workers can settle in different regimes: one reusing freed pages, the other
-        # returning them and page-faulting every output (a 30 % "speedup" of an identical
-        # kernel).  Fixed thresholds give both the same steady state: memory is reused.
-        env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
-        env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 36))
         if self.o.tier in TIERS:
             env["KERNEL_CPU_ISA"] = self.o.tier
         return WorkerProcess(role, timeout=self.o.timeout, env=env)
