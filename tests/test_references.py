@@ -1022,7 +1022,6 @@ def _catalogue_dir(request) -> Path:
 def check_kernels_api_on(kdir: Path, tmp_path: Path, monkeypatch) -> None:
     """What huggingface-kernels-integration.md promises, on a built kernel directory."""
     import json
-    import shutil
 
     import kernels
     import torch.nn as nn
@@ -1049,19 +1048,8 @@ def check_kernels_api_on(kdir: Path, tmp_path: Path, monkeypatch) -> None:
     torch.testing.assert_close(mod2.rms_norm(x, w, 1e-6), ref, rtol=1e-5, atol=1e-6)
     assert kernels.has_kernel(repo_id, version=1)
 
-    # kernelize with a layer repository on CPU: a copy of the kernel with a `layers` module
-    copy = tmp_path / "with_layers"
-    shutil.copytree(kdir / "build", copy / "build")
-    copied_variant = copy / "build" / variant.name
-    (copied_variant / "layers.py").write_text(
-        "import torch\n\n\nclass RMSNorm(torch.nn.Module):\n"
-        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
-        "        from . import rms_norm\n\n"
-        "        return rms_norm(x, self.weight, self.variance_epsilon)\n"
-    )
-    init = copied_variant / "__init__.py"
-    init.write_text(init.read_text() + "\nfrom . import layers  # noqa: E402  (kernelize looks up kernel.layers)\n")
-
+    # kernelize with the generated `layers` module, from a local layer repository and from
+    # a Hub id served by LOCAL_KERNELS
     @kernels.use_kernel_forward_from_hub("RMSNorm")
     class RMSNorm(nn.Module):
         def __init__(self, hidden: int, eps: float = 1e-6):
@@ -1072,17 +1060,30 @@ def check_kernels_api_on(kdir: Path, tmp_path: Path, monkeypatch) -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return F.rms_norm(x, (x.shape[-1],), self.weight, self.variance_epsilon)
 
-    layer_repo_id = "refs-test/catalogue-layers"
-    monkeypatch.setenv("LOCAL_KERNELS", f"{layer_repo_id}={copy}")
-    for repo in (kernels.LayerRepository(layer_repo_id, layer_name="RMSNorm", revision="v1"),
-                 kernels.LocalLayerRepository(copy, layer_name="RMSNorm")):
-        model = nn.Sequential(RMSNorm(x.shape[-1]))
-        with kernels.use_kernel_mapping({"RMSNorm": {"cpu": repo}}, inherit_mapping=False):
+    @kernels.use_kernel_forward_from_hub("SiluAndMul")
+    class SiluAndMul(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            d = x.shape[-1] // 2
+            return F.silu(x[..., :d]) * x[..., d:]
+
+    gate = torch.randn(4, 2 * x.shape[-1])
+    for repo_of in (lambda layer: kernels.LayerRepository(repo_id, layer_name=layer, revision="v1"),
+                    lambda layer: kernels.LocalLayerRepository(kdir, layer_name=layer)):
+        model = nn.Sequential(RMSNorm(x.shape[-1]), SiluAndMul())
+        mapping = {name: {"cpu": repo_of(name)} for name in ("RMSNorm", "SiluAndMul")}
+        with kernels.use_kernel_mapping(mapping, inherit_mapping=False):
             model = kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device="cpu")
-        assert model[0].forward.__func__.__qualname__.endswith("RMSNorm.forward")
-        assert model[0].forward.__func__ is not RMSNorm.forward, "kernelize did not replace forward"
+        for layer, original in ((model[0], RMSNorm), (model[1], SiluAndMul)):
+            assert layer.forward.__func__ is not original.forward, "kernelize did not replace forward"
+            assert layer.forward.__func__.__module__.endswith(".layers")
         with torch.no_grad():
-            torch.testing.assert_close(model(x), ref, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(model[0](x), ref, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(model[1](gate), SiluAndMul.forward(None, gate), rtol=1e-5, atol=1e-6)
+
+    # LayerNorm: nn.LayerNorm's own attributes; configurations the op lacks fall back to torch
+    for ln in (nn.LayerNorm(x.shape[-1]), nn.LayerNorm(x.shape[-1], elementwise_affine=False)):
+        with torch.no_grad():
+            torch.testing.assert_close(mod.layers.LayerNorm.forward(ln, x), ln(x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -309,3 +309,17 @@ def test_every_tuning_knob_setting_stays_correct(tmp_path):
     )
     run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and "ok" in run.stdout, run.stdout + run.stderr
+
+
+def test_ops_with_a_layer_section_get_kernelize_layers(tmp_path):
+    """kernels.kernelize finds layers as <kernel>.layers: stateless classes, imported by __init__."""
+    d = make(tmp_path, ("rms_norm", "silu_and_mul", "softmax"))
+    layers = (d / "torch-ext/my_kernel/layers.py").read_text()
+    assert "class RMSNorm(torch.nn.Module):" in layers and "class SiluAndMul(torch.nn.Module):" in layers
+    assert "def __init__" not in layers and "from . import rms_norm, silu_and_mul" in layers
+    assert "from . import layers" in (d / "torch-ext/my_kernel/__init__.py").read_text()
+    compile(layers, "layers.py", "exec")
+
+    only_softmax = make(tmp_path / "s", ("softmax",))
+    assert not (only_softmax / "torch-ext/my_kernel/layers.py").exists()
+    assert "layers" not in (only_softmax / "torch-ext/my_kernel/__init__.py").read_text()

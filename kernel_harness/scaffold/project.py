@@ -28,7 +28,7 @@ from .catalogue import (
     avx512_flags,
     op_spec,
 )
-from .render import parse_sections, render, render_file
+from .render import OP_SECTIONS, OPTIONAL_OP_SECTIONS, parse_sections, render, render_file
 
 IDENT_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -145,8 +145,8 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
     kind = _kind_of(specs, options.kind)
     base = {"name": name, "ns": ns}
 
-    sections: dict[str, list[str]] = {key: [] for key in (
-        "tier_decl", "simd", "generic_decl", "generic", "bridge_decl", "bridge", "binding", "python")}
+    sections: dict[str, list[str]] = {key: [] for key in (*OP_SECTIONS, *OPTIONAL_OP_SECTIONS)}
+    layered: list[str] = []  # ops whose template has a kernelize layer
     for spec in specs:
         path = templates_dir / "ops" / spec.template
         if not path.is_file():
@@ -154,7 +154,10 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
         parsed = parse_sections(path.read_text(encoding="utf-8"), source=str(path))
         values = {**base, "op": spec.name}
         for key in sections:
-            sections[key].append(render(parsed[key], values, source=f"{path} [{key}]"))
+            if key in parsed:
+                sections[key].append(render(parsed[key], values, source=f"{path} [{key}]"))
+        if "layer" in parsed:
+            layered.append(spec.name)
 
     simd_tiers = [tier for tier in ("avx2", "avx512") if tier in options.tiers]
     tier_decls = "".join(
@@ -181,6 +184,12 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
         "dtype_list": ", ".join(DTYPE_HUMAN[d] for d in options.dtypes),
         "op_bodies": "\n".join(sections["simd"]),
         "python_bodies": "\n\n".join(sections["python"]),
+        "layer_bodies": "\n\n".join(sections["layer"]),
+        "layered_ops": ", ".join(layered),
+        "layers_import": (
+            "\n# kernels.kernelize looks the layers up as <kernel>.layers; imported last, they use the\n"
+            "# functions above.\nfrom . import layers  # noqa: E402,F401\n"
+        ) if sections["layer"] else "",
         "op_list": ", ".join(spec.name for spec in specs),
         "export_list": ", ".join(f'"{spec.name}"' for spec in specs),
         "kernel_sections": _kernel_sections(name, ns, options.tiers, kind),
@@ -197,6 +206,8 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
         f"{ns}/{ns}.cpp": "cpu/dispatcher.cpp.in",
         f"{ns}/{ns}_torch.cpp": "cpu/bridge.cpp.in",
     }
+    if sections["layer"]:
+        layout[f"torch-ext/{name}/layers.py"] = "torch-ext/layers.py.in"
     tier_flags = {"avx2": AVX2_FLAGS, "avx512": avx512_flags(kind)}
     plan = ProjectPlan(directory=options.directory, name=name, specs=specs)
     for rel, template in layout.items():

@@ -30,6 +30,10 @@ OP_SECTIONS: tuple[str, ...] = (
     "python",
 )
 
+#: Sections an op template may provide: ``layer`` is a stateless nn.Module for
+#: ``kernels.kernelize`` (only ``forward``), collected into ``<name>/layers.py``.
+OPTIONAL_OP_SECTIONS: tuple[str, ...] = ("layer",)
+
 
 def render(text: str, values: Mapping[str, str], *, source: str) -> str:
     """Substitute ``${key}`` fields; a field without a value is a template bug."""
