@@ -143,13 +143,14 @@ def speedup(baseline: Measurement, kernel: Measurement, *, confidence: float = 0
     rng = numpy.random.default_rng(seed)
     members = [numpy.array([i for i, (_, _, g) in enumerate(pairs) if g == group])
                for group in sorted({g for _, _, g in pairs})]
-    # within-group block resamples, as indices into pairs: one (resamples, len) array per group
-    within = [m[_block_picks(len(m), resamples, rng)] for m in members]
+    # within-group block resamples, as indices into pairs, all of the largest group's
+    # length so each drawn process pair weighs the same: (groups, resamples, length)
+    length = max(len(m) for m in members)
+    within = numpy.stack([m[_block_picks(len(m), resamples, rng, length=length)] for m in members])
     chosen = rng.integers(0, len(members), size=(resamples, len(members)))
-    boot = numpy.empty(resamples)
-    for i in range(resamples):
-        picks = numpy.concatenate([within[g][i] for g in chosen[i]])
-        boot[i] = numpy.median(base[picks]) / numpy.median(kern[picks])
+    picks = within[chosen, numpy.arange(resamples)[:, None]].reshape(resamples, -1)
+    boot = (numpy.median(base[picks].reshape(resamples, -1), axis=1)
+            / numpy.median(kern[picks].reshape(resamples, -1), axis=1))
     tail = (1.0 - confidence) / 2
     low, high = numpy.quantile(boot, [tail, 1 - tail])
     low = min(float(low), value / (1 + REPRODUCIBILITY_FLOOR))
@@ -163,14 +164,17 @@ def _groups(measurement: Measurement) -> list[int]:
     return [0] * len(measurement.rounds)
 
 
-def _block_picks(count: int, resamples: int, rng: numpy.random.Generator) -> numpy.ndarray:
-    """Indices of ``resamples`` circular moving-block resamples of ``count`` items.
+def _block_picks(count: int, resamples: int, rng: numpy.random.Generator,
+                 length: int | None = None) -> numpy.ndarray:
+    """Indices of ``resamples`` circular moving-block resamples of ``count`` items,
+    each ``length`` long (default ``count``).
 
     Block length ~ sqrt(count) (the usual choice for short series): 3 for 10
     pairs, 5 for 30.
     """
+    length = count if length is None else length
     block = max(1, round(math.sqrt(count)))
-    blocks = math.ceil(count / block)
+    blocks = math.ceil(length / block)
     starts = rng.integers(0, count, size=(resamples, blocks))
     picks = (starts[:, :, None] + numpy.arange(block)) % count
-    return picks.reshape(resamples, -1)[:, :count]
+    return picks.reshape(resamples, -1)[:, :length]
