@@ -203,13 +203,7 @@ def _read_summary(root: Path) -> dict[str, Any] | None:
     path = root / SUMMARY_FILE
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path} is not valid JSON: {exc}. Re-run `trial_manager.py finalize`.") from exc
-    if not isinstance(data, dict):
-        raise UsageError(f"{path} must hold a JSON object; re-run `trial_manager.py finalize`.")
-    return data
+    return _read_json_object(path, "Re-run `trial_manager.py finalize`.")
 
 
 def _find_baseline(root: Path, summary: dict[str, Any] | None, explicit: Path | None) -> Path | None:
@@ -300,13 +294,17 @@ def _metadata_version(variants: list[Path]) -> int | None:
 
 
 def read_metadata(variant: Path) -> dict[str, Any]:
-    path = variant / "metadata.json"
+    return _read_json_object(variant / "metadata.json", "Rebuild the kernel with scripts/build_kernel.py.")
+
+
+def _read_json_object(path: Path, remedy: str) -> dict[str, Any]:
+    """The JSON object in ``path``; anything else is a usage error that says ``remedy``."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{path} is not valid JSON: {exc}. Rebuild the kernel with scripts/build_kernel.py.") from exc
+        raise UsageError(f"{path} is not valid JSON: {exc}. {remedy}") from exc
     if not isinstance(data, dict):
-        raise UsageError(f"{path} must hold a JSON object. Rebuild the kernel with scripts/build_kernel.py.")
+        raise UsageError(f"{path} must hold a JSON object. {remedy}")
     return data
 
 
