@@ -268,6 +268,55 @@ def test_softmax_of_very_negative_logits_keeps_denormals(kernel, tier_env):
             assert torch.equal(out, expect), f"{tier} {dtype}: {out.tolist()} != {expect.tolist()}"
 
 
+def _rms_norm_rows_that_test_the_fast_paths(dtype: torch.dtype) -> list[tuple[torch.Tensor, float]]:
+    """Rows for each branch of the kernel's fast sum of squares and its checks."""
+    gen = torch.Generator().manual_seed(7)
+    cols = 4096 + 13
+
+    def rows(n: int, scale: float = 1.0) -> torch.Tensor:
+        return (torch.randn(n, cols, generator=gen, dtype=torch.float64) * scale).to(dtype)
+
+    wide = rows(1)
+    wide[0, ::97] = 3e4 if dtype == torch.float16 else 3e30  # bf16 squares overflow fp32
+    with_zeros = rows(2)
+    with_zeros[:, ::3] = 0.0
+    tiny = torch.tensor(1e-7 if dtype == torch.float16 else 1e-39, dtype=torch.float64)
+    return [
+        (rows(2000), 1e-6),  # ~1 row in 15 needs the exact sum to settle a lane
+        (rows(4, 1e-25 if dtype == torch.bfloat16 else 1e-3), 1e-6),  # mean square below the fast range
+        (wide, 1e-6),
+        (with_zeros, 1e-6),
+        (rows(3) * tiny.to(dtype), 1e-6),  # denormal inputs and outputs
+        (rows(3, 1e-20 if dtype == torch.bfloat16 else 1e-2), 0.0),  # eps 0: large inv_rms
+        (torch.zeros(2, cols, dtype=dtype), 1e-6),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_rms_norm_is_the_correctly_rounded_float64_result(kernel, tier_env, dtype):
+    """bf16/fp16 rms_norm equals the float64 reference rounded once, bit for bit, in every tier.
+
+    The SIMD tiers sum squares in fp32 and settle suspect lanes from an error
+    interval, taking the exact sum only when a lane needs it: these rows reach
+    every branch of that (ambiguous lanes, sums outside the fast range, zeros,
+    denormals, a zero eps).
+    """
+    tier_env("generic")
+    w_gen = torch.Generator().manual_seed(8)
+    for x, eps in _rms_norm_rows_that_test_the_fast_paths(dtype):
+        w = (1 + 0.1 * torch.randn(x.shape[-1], generator=w_gen)).to(dtype)
+        xd = x.double()
+        ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * w.double()).to(dtype)
+        for tier in [t for t in TIERS if has_isa(t)]:
+            os.environ["KERNEL_CPU_ISA"] = tier
+            out = kernel.rms_norm(x, w, eps)
+            bad = (out.view(torch.int16) != ref.view(torch.int16)) & ~(out.isnan() & ref.isnan())
+            assert not bad.any(), (
+                f"{tier} {dtype} rows {tuple(x.shape)} eps {eps}: {int(bad.sum())} elements differ, first "
+                f"{out[bad][:4].tolist()} vs {ref[bad][:4].tolist()}"
+            )
+
+
 def test_empty_inputs(kernel):
     assert kernel.softmax(torch.empty(0, 16)).shape == (0, 16)
     assert kernel.silu_and_mul(torch.empty(3, 0)).shape == (3, 0)
