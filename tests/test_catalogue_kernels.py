@@ -317,6 +317,37 @@ def test_rms_norm_is_the_correctly_rounded_float64_result(kernel, tier_env, dtyp
             )
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_silu_and_mul_edge_values_are_correctly_rounded(kernel, tier_env, dtype):
+    """silu(a) * b equals the float64 result rounded once, bit for bit, on the values the fast path
+    cannot round itself: silu below fp32's normal range (its table entry is NaN), NaN and inf inputs,
+    zeros, and products that land below FLT_MIN."""
+    tier_env("generic")
+    gen = torch.Generator().manual_seed(5)
+    d = 4096 + 13
+    a = 3.0 * torch.randn(8, d, generator=gen, dtype=torch.float64)
+    b = 3.0 * torch.randn(8, d, generator=gen, dtype=torch.float64)
+    big = 1e30 if dtype == torch.bfloat16 else 6e4
+    a[0, ::3] = -100.0  # silu(-100) ~ -3.7e-42: lossy table entry
+    b[0] = big
+    a[1, ::7] = float("nan")
+    b[2, ::11] = float("inf")
+    a[3, ::5] = 0.0
+    b[4] *= 1e-38 if dtype == torch.bfloat16 else 1e-6  # outputs near and below the normal range
+    a[5, ::9] = -float("inf")
+    x = torch.cat([a, b], dim=-1).to(dtype)
+    xd = x.double()
+    ref = (torch.nn.functional.silu(xd[..., :d]) * xd[..., d:]).to(dtype)
+    for tier in [t for t in TIERS if has_isa(t)]:
+        os.environ["KERNEL_CPU_ISA"] = tier
+        out = kernel.silu_and_mul(x)
+        bad = (out.view(torch.int16) != ref.view(torch.int16)) & ~(out.isnan() & ref.isnan())
+        assert not bad.any(), (
+            f"{tier} {dtype}: {int(bad.sum())} elements differ, rows {sorted(set(bad.nonzero()[:, 0].tolist()))}, "
+            f"first {out[bad][:4].tolist()} vs {ref[bad][:4].tolist()}"
+        )
+
+
 def test_empty_inputs(kernel):
     assert kernel.softmax(torch.empty(0, 16)).shape == (0, 16)
     assert kernel.silu_and_mul(torch.empty(3, 0)).shape == (3, 0)
