@@ -268,6 +268,15 @@ def test_softmax_of_very_negative_logits_keeps_denormals(kernel, tier_env):
             assert torch.equal(out, expect), f"{tier} {dtype}: {out.tolist()} != {expect.tolist()}"
 
 
+def assert_same_bits(out: torch.Tensor, ref: torch.Tensor, where: str) -> None:
+    """16-bit outputs equal bit for bit (a NaN matches any NaN)."""
+    bad = (out.view(torch.int16) != ref.view(torch.int16)) & ~(out.isnan() & ref.isnan())
+    assert not bad.any(), (
+        f"{where}: {int(bad.sum())} elements differ, rows {sorted(set(bad.nonzero()[:, 0].tolist()))[:10]}, "
+        f"first {out[bad][:4].tolist()} vs {ref[bad][:4].tolist()}"
+    )
+
+
 def _rms_norm_rows_that_test_the_fast_paths(dtype: torch.dtype) -> list[tuple[torch.Tensor, float]]:
     """Rows for each branch of the kernel's fast sum of squares and its checks."""
     gen = torch.Generator().manual_seed(7)
@@ -309,12 +318,7 @@ def test_rms_norm_is_the_correctly_rounded_float64_result(kernel, tier_env, dtyp
         ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * w.double()).to(dtype)
         for tier in [t for t in TIERS if has_isa(t)]:
             os.environ["KERNEL_CPU_ISA"] = tier
-            out = kernel.rms_norm(x, w, eps)
-            bad = (out.view(torch.int16) != ref.view(torch.int16)) & ~(out.isnan() & ref.isnan())
-            assert not bad.any(), (
-                f"{tier} {dtype} rows {tuple(x.shape)} eps {eps}: {int(bad.sum())} elements differ, first "
-                f"{out[bad][:4].tolist()} vs {ref[bad][:4].tolist()}"
-            )
+            assert_same_bits(kernel.rms_norm(x, w, eps), ref, f"{tier} {dtype} rows {tuple(x.shape)} eps {eps}")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -340,12 +344,7 @@ def test_silu_and_mul_edge_values_are_correctly_rounded(kernel, tier_env, dtype)
     ref = (torch.nn.functional.silu(xd[..., :d]) * xd[..., d:]).to(dtype)
     for tier in [t for t in TIERS if has_isa(t)]:
         os.environ["KERNEL_CPU_ISA"] = tier
-        out = kernel.silu_and_mul(x)
-        bad = (out.view(torch.int16) != ref.view(torch.int16)) & ~(out.isnan() & ref.isnan())
-        assert not bad.any(), (
-            f"{tier} {dtype}: {int(bad.sum())} elements differ, rows {sorted(set(bad.nonzero()[:, 0].tolist()))}, "
-            f"first {out[bad][:4].tolist()} vs {ref[bad][:4].tolist()}"
-        )
+        assert_same_bits(kernel.silu_and_mul(x), ref, f"{tier} {dtype}")
 
 
 def test_empty_inputs(kernel):
