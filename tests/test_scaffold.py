@@ -16,6 +16,7 @@ import pytest
 
 from kernel_harness.errors import UsageError
 from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, generate_project, plan_project
+from kernel_harness.validate import validate_kernel
 
 ALL_OPS = tuple(CATALOGUE)
 
@@ -56,7 +57,9 @@ def test_build_toml_schema_and_flags(tmp_path):
     d = make(tmp_path, ALL_OPS)
     build = tomllib.loads((d / "build.toml").read_text())
     general = build["general"]
-    assert general["name"] == "my_kernel" and general["backends"] == ["cpu"]
+    # kernel-builder's spelling (dashes); the Python package keeps underscores.
+    assert general["name"] == "my-kernel" and general["backends"] == ["cpu"]
+    assert (d / "torch-ext" / "my_kernel" / "__init__.py").is_file()
     assert {"version", "license", "edition"} <= set(general)
     assert build["torch"]["src"] == ["torch-ext/torch_binding.cpp", "torch-ext/torch_binding.h"]
     sections = kernel_sections(build)
@@ -323,3 +326,10 @@ def test_ops_with_a_layer_section_get_kernelize_layers(tmp_path):
     only_softmax = make(tmp_path / "s", ("softmax",))
     assert not (only_softmax / "torch-ext/my_kernel/layers.py").exists()
     assert "layers" not in (only_softmax / "torch-ext/my_kernel/__init__.py").read_text()
+
+
+def test_scaffolded_project_validates_without_warnings(tmp_path):
+    # An agent's first validate run must be clean: a warning on generated code
+    # (such as kernel-builder's name rule) would teach it to ignore warnings.
+    report = validate_kernel(make(tmp_path, ALL_OPS))
+    assert report.errors == [] and report.warnings == [], report.as_dict()

@@ -143,7 +143,9 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
     ns = f"{name}_cpu"
     specs = [op_spec(op, options.kind) for op in options.ops]
     kind = _kind_of(specs, options.kind)
-    base = {"name": name, "ns": ns}
+    # build.toml spells the kernel with dashes, as the real kernel-builder
+    # requires; the Python package (torch-ext/<name>/) keeps the underscores.
+    base = {"name": name, "ns": ns, "kernel_name": name.replace("_", "-")}
 
     sections: dict[str, list[str]] = {key: [] for key in (*OP_SECTIONS, *OPTIONAL_OP_SECTIONS)}
     layered: list[str] = []  # ops whose template has a kernelize layer
