@@ -33,7 +33,9 @@ def _is_directory_spec(spec: str) -> bool:
 
 
 def kernel_name_from_build_toml(directory: Path) -> str:
-    """``[general] name`` of the kernel in ``directory``."""
+    """The Python package of the kernel in ``directory``: ``[general] name``
+    with dashes as underscores (kernel-builder spells ``my-kernel`` the
+    package ``my_kernel``, which is what ``--op`` names)."""
     toml_path = directory / "build.toml"
     try:
         data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
@@ -47,7 +49,7 @@ def kernel_name_from_build_toml(directory: Path) -> str:
     name = data.get("general", {}).get("name")
     if not isinstance(name, str) or not name:
         raise KernelCrashed(f"{toml_path} has no [general] name; add name = \"<package>\".")
-    return name
+    return name.replace("-", "_")
 
 
 def load_kernel_module(spec: str) -> ModuleType:

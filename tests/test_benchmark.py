@@ -16,7 +16,7 @@ from bench_helpers import BASELINES, FAST, KERNELS, RMS, ROOT, checks, load_scri
 from kernel_harness.bench import stats
 from kernel_harness.bench.pinning import detect_pinning, parse_cpu_list
 from kernel_harness.errors import KernelCrashed, UsageError
-from kernel_harness.kernel_loader import load_kernel_module, resolve_op
+from kernel_harness.kernel_loader import kernel_name_from_build_toml, load_kernel_module, resolve_op
 
 STABLE_KEYS = {"correct", "failures", "baseline_us", "kernel_us", "speedup", "iqr", "threads",
                "pinned", "tiers", "acceptance_rule", "aten_ops", "versions", "machine"}
@@ -265,6 +265,9 @@ def test_kernel_loader_errors(tmp_path):
     (tmp_path / "build.toml").write_text('[general]\nname = "my_kernel"\n')
     with pytest.raises(KernelCrashed, match="build"):
         load_kernel_module(str(tmp_path))
+    # kernel-builder's dashed spelling names the underscored package --op uses
+    (tmp_path / "build.toml").write_text('[general]\nname = "my-kernel"\n')
+    assert kernel_name_from_build_toml(tmp_path) == "my_kernel"
 
 
 def test_measurement_statistics():

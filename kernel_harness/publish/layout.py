@@ -233,12 +233,13 @@ def read_kernel_source(root: Path, *, baseline: Path | None = None) -> KernelSou
         raise UsageError(f"{root} is not a directory. Pass a kernel directory or a finalized output/ directory.")
     build_toml = _read_build_toml(root)
     general = build_toml.get("general", {})
-    name = general.get("name") if isinstance(general, dict) else None
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+    raw_name = general.get("name") if isinstance(general, dict) else None
+    if not isinstance(raw_name, str) or not re.fullmatch(r"[a-z][a-z0-9_-]*", raw_name):
         raise UsageError(
-            f"{root / 'build.toml'}: [general] name must be a lowercase Python identifier such as "
-            f"my_kernel, found {name!r}."
+            f"{root / 'build.toml'}: [general] name must be lowercase letters, digits and dashes "
+            f"(or underscores) such as my-kernel, found {raw_name!r}."
         )
+    name = raw_name.replace("-", "_")  # the Python package: my-kernel -> my_kernel
     variants = find_variants(root)
     notes: list[str] = []
     raw_version = general.get("version")
