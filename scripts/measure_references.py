@@ -23,8 +23,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, metavar="KEY",
                         help="run only these benchmarks (e.g. gemm fusion); default: all. Keys: "
                         "dot_accumulators stream_prefetch gather_prefetch nt_stores first_touch single_pass "
-                        "cache_blocking omp_rows omp_threshold bf16_dot bf16_fp16_accumulate ziv gemm quant_gemv "
-                        "vectorize fusion")
+                        "row_pipelining cache_blocking omp_rows omp_threshold bf16_dot bf16_fp16_accumulate ziv gemm "
+                        "quant_gemv vectorize fusion")
     add_json_option(parser)
     args = parser.parse_args(argv)
     from kernel_harness.snippets.measure import run_all

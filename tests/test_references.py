@@ -411,6 +411,26 @@ def _single_pass(entry, lib):
     assert np.array_equal(y1, y2)
 
 
+@check("row_pipelining")
+def _row_pipelining(entry, lib):
+    rng = np.random.default_rng(21)
+    eps = 1e-6
+    for rows, cols, runs_list in ((1, 16, (1, 4)), (7, 48, (1, 2, 3, 7, 10)), (64, 4096, (1, 5, 64))):
+        x = (rng.standard_normal((rows, cols)) * rng.uniform(0.1, 10, (rows, 1))).astype(np.float32)
+        w = rng.standard_normal(cols).astype(np.float32)
+        x64, w64 = x.astype(np.float64), w.astype(np.float64)
+        ref = x64 / np.sqrt((x64**2).mean(-1, keepdims=True) + eps) * w64
+        plain = np.full_like(x, np.nan)
+        lib("rms_plain_c", x, w, plain, rows, cols, eps)
+        np.testing.assert_allclose(plain, ref, rtol=1e-5, atol=1e-6)
+        for runs in runs_list:
+            piped = np.full_like(x, np.nan)
+            lib("rms_pipelined_c", x, w, piped, rows, cols, eps, runs)
+            np.testing.assert_allclose(piped, ref, rtol=1e-5, atol=1e-6)
+            # the carried sum adds the same terms in the same order as the standalone pass
+            assert np.array_equal(piped.view(np.uint32), plain.view(np.uint32)), f"{rows}x{cols}, {runs} runs"
+
+
 @check("cache_blocking")
 def _cache_blocking(entry, lib):
     rng = np.random.default_rng(12)

@@ -3,7 +3,9 @@
 Every benchmark calls the exact snippet code of an entry (built by
 :func:`kernel_harness.snippets.build_shared`) through ctypes, times it with the
 best of several runs (the machine is a shared 2-vCPU VM, so the minimum is the
-least noisy statistic) and returns plain numbers.  ``scripts/measure_references.py``
+least noisy statistic; an A/B pair whose ratio is small is instead timed
+alternately and summarised by medians, :func:`interleaved_medians`) and returns
+plain numbers.  ``scripts/measure_references.py``
 prints them; the entries quote them.  Re-run it on another machine and update the
 entries: a number in the knowledge base must have been measured where it is stated.
 """
@@ -64,6 +66,24 @@ def best_seconds(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> fl
     return best
 
 
+def interleaved_medians(fns: dict[str, Callable[[], Any]], rounds: int = 21, warmup: int = 2) -> dict[str, float]:
+    """Median seconds of each function, timed in turn round after round.
+
+    For A/B comparisons on the shared VM: a slow phase of the host hits every variant
+    of the same round instead of one variant's whole series.
+    """
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: float(np.median(ts)) for name, ts in times.items()}
+
+
 class _Lib:
     def __init__(self, entry: Entry):
         self.cdll = ctypes.CDLL(str(build_shared(entry.code, entry.test_harness or "", entry.flags,
@@ -94,8 +114,8 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 #: Benchmark keys, in the order they run (``--only`` accepts these).
 KEYS: tuple[str, ...] = (
     "dot_accumulators", "stream_prefetch", "gather_prefetch", "nt_stores", "first_touch", "single_pass",
-    "cache_blocking", "omp_rows", "omp_threshold", "bf16_dot", "bf16_fp16_accumulate", "ziv", "gemm",
-    "quant_gemv", "vectorize", "fusion",
+    "row_pipelining", "cache_blocking", "omp_rows", "omp_threshold", "bf16_dot", "bf16_fp16_accumulate", "ziv",
+    "gemm", "quant_gemv", "vectorize", "fusion",
 )
 
 
@@ -212,6 +232,31 @@ def run_all(only: set[str] | None = None) -> list[Measurement]:
             results.append(Measurement("single_pass", "single-pass-row-in-cache", "rms_norm 8192x4096 1 thread",
                                        {"rowwise_ms": t1 * 1e3, "two_sweeps_ms": t2 * 1e3, "speedup": t2 / t1}))
             del x, y
+        if want("row_pipelining"):
+            L = lib("row-pipelining")
+            vals = {}
+            # 64 MiB inputs (beyond L2): 4096-wide rows (the pipelined pass touches 4 x 16 KiB)
+            # and 1024-wide rows (4 x 4 KiB); plus a 1 MiB input that stays in L2, called 64x.
+            for rows, cols, calls in ((4096, 4096, 1), (16384, 1024, 1), (64, 4096, 64)):
+                x = rng.standard_normal((rows, cols)).astype(np.float32)
+                w = rng.standard_normal(cols).astype(np.float32)
+                y = np.empty_like(x)
+
+                def plain() -> None:
+                    for _ in range(calls):
+                        L("rms_plain_c", x, w, y, rows, cols, 1e-6)
+
+                def pipelined() -> None:
+                    for _ in range(calls):
+                        L("rms_pipelined_c", x, w, y, rows, cols, 1e-6, 64)
+
+                med = interleaved_medians({"plain": plain, "pipelined": pipelined}, rounds=31)
+                vals[f"{rows}x{cols}_plain_ms"] = med["plain"] * 1e3 / calls
+                vals[f"{rows}x{cols}_pipelined_ms"] = med["pipelined"] * 1e3 / calls
+                vals[f"{rows}x{cols}_speedup"] = med["plain"] / med["pipelined"]
+                del x, y
+            results.append(Measurement("row_pipelining", "row-pipelining",
+                                       "fp32 rms_norm plain vs pipelined (64 runs), 1 thread, interleaved medians", vals))
         if want("cache_blocking"):
             L = lib("cache-blocking")
             a = rng.standard_normal((4096, 4096)).astype(np.float32)
