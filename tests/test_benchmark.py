@@ -118,6 +118,18 @@ def test_cached_baseline_is_reused_and_said(tmp_path):
     assert report["baseline_cached"] is True and report["baseline_us"] == 250
     assert report["timing"]["baseline"] is None
     assert report["speedup"] == pytest.approx(250 / report["kernel_us"], rel=1e-2)
+    # the baseline still ran in spot rounds; a made-up 250 us is far from its real time
+    spot = report["baseline_spot_us"]
+    assert spot > 0 and report["timing"]["baseline_spot"]["rounds"] >= 1
+    assert report["baseline_drift"] == pytest.approx(spot / 250 - 1, rel=1e-2, abs=1e-3)
+    drift_notes = [n for n in report["notes"] if n.startswith("baseline drift")]
+    assert bool(drift_notes) == (abs(report["baseline_drift"]) > 0.10)
+
+
+def test_uncached_run_reports_no_drift(tmp_path):
+    code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm", *FAST)
+    assert code == 0 and report["baseline_cached"] is False
+    assert report["baseline_spot_us"] is None and report["baseline_drift"] is None
 
 
 def test_cold_cache_rotation(tmp_path):

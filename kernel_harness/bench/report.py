@@ -20,7 +20,7 @@ from rich.table import Table
 
 from .. import __version__
 from ..cpu import cpu_model
-from .runner import BenchResult
+from .runner import DRIFT_NOTE, BenchResult, baseline_drift
 from .runner import _last_level_cache_bytes as llc_bytes
 
 SCHEMA_VERSION = 1
@@ -76,6 +76,8 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         "speedup_verdict": s.verdict() if s else None,
         "speedup_paired": _num(s.paired, 4) if s and s.paired is not None else None,
         "baseline_cached": result.baseline_cached,
+        "baseline_spot_us": _num(result.baseline_spot.median_us) if result.baseline_spot else None,
+        "baseline_drift": _num(baseline_drift(result), 4),
         "iqr": {
             "baseline_us": _num(result.baseline.iqr_us) if result.baseline else None,
             "kernel_us": _num(result.kernel.iqr_us) if result.kernel else None,
@@ -84,6 +86,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         },
         "timing": {
             "baseline": result.baseline.summary() if result.baseline else None,
+            "baseline_spot": result.baseline_spot.summary() if result.baseline_spot else None,
             "kernel": result.kernel.summary() if result.kernel else None,
             "calls_per_round": result.calls_per_round,
             "rounds": o.rounds,
@@ -181,6 +184,16 @@ def _as_float(value: Any) -> float:
     return float(value)  # JSON spells infinities as the strings "inf"/"nan"; float() reads them
 
 
+def _add_spot_row(table: Table, payload: dict[str, Any]) -> None:
+    """The baseline timed now beside its cached value (spot rounds), with the drift."""
+    spot, drift = payload["timing"].get("baseline_spot"), payload.get("baseline_drift")
+    if spot is None or drift is None:
+        return
+    colour = "yellow" if abs(drift) > DRIFT_NOTE else "green"
+    table.add_row("baseline now", f"{spot['median_us']:.2f}", f"{spot['iqr_us']:.2f}", f"{spot['min_us']:.2f}",
+                  str(spot["calls"]), f"[{colour}]spot rounds: {drift * 100:+.1f} % from cached[/{colour}]")
+
+
 def _print_timing(payload: dict[str, Any], console: Console) -> None:
     t = payload["timing"]
     table = Table(title=f"timing ({payload['threads']} threads, "
@@ -195,6 +208,7 @@ def _print_timing(payload: dict[str, Any], console: Console) -> None:
         if s is None:
             if name == "baseline" and payload["baseline_cached"]:
                 table.add_row(name, f"{payload['baseline_us']:.2f}", "-", "-", "-", "cached (--baseline-us)")
+                _add_spot_row(table, payload)
             continue
         noise = "[yellow]noisy: IQR > 10 % of median[/yellow]" if s["noisy"] else "ok"
         table.add_row(name, f"{s['median_us']:.2f}", f"{s['iqr_us']:.2f}", f"{s['min_us']:.2f}",

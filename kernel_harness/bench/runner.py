@@ -115,6 +115,9 @@ class BenchResult:
     baseline_us: float | None = None
     kernel_us: float | None = None
     baseline_cached: bool = False
+    # With a cached baseline: the baseline timed now in a few spot rounds, so a
+    # change of the machine's speed since the value was cached shows (drift).
+    baseline_spot: stats.Measurement | None = None
     speedup: stats.Speedup | None = None
     threads: int = 0
     pinned: bool = False
@@ -130,6 +133,17 @@ class BenchResult:
     timing_skipped: str | None = None
     dispatch_violations: list[str] = field(default_factory=list)
     load_average: float | None = None
+
+
+#: Spot rounds this far (relative) from a cached baseline earn a note.
+DRIFT_NOTE = 0.10
+
+
+def baseline_drift(result: BenchResult) -> float | None:
+    """Relative change of the baseline since it was cached (spot median / cached - 1)."""
+    if not result.baseline_cached or result.baseline_spot is None or not result.baseline_us:
+        return None
+    return result.baseline_spot.median_us / result.baseline_us - 1.0
 
 
 # =========================================================================== helpers
@@ -217,10 +231,10 @@ class Benchmark:
             sets = self._draw_correctness_sets()
             r.input_sets = [s.label for s in sets]
             self._start_kernel()
-            if o.baseline_us is None:
-                # started once the kernel imported (two torch imports at once only slow
-                # each other on a small machine); it imports while correctness runs
-                self.bworker = self._spawn("baseline")
+            # started once the kernel imported (two torch imports at once only slow
+            # each other on a small machine); it imports while correctness runs. With
+            # a cached baseline it only times the spot rounds (see _timing).
+            self.bworker = self._spawn("baseline")
             self._correctness(sets)
             if r.correct:
                 self._spawn_spares()
@@ -497,6 +511,8 @@ class Benchmark:
         r.timing_processes = len(kworkers)
         kernel = stats.Measurement("kernel")
         base = stats.Measurement("baseline")
+        # cached: the baseline runs in a few spot rounds only (first, middle, last)
+        spot_rounds = {0, o.rounds // 2, o.rounds - 1} if cached else set(range(o.rounds))
         picked: list[tuple[int, tuple[Any, Any]]] = []
         # which rounds get a verified call is decided here, in the parent; the worker
         # keeps a copy of every output of every round and learns the pick only after it
@@ -507,9 +523,9 @@ class Benchmark:
             pair = rnd % len(kworkers)
             order = ("b", "k") if (rnd // len(kworkers)) % 2 == 0 else ("k", "b")
             for side in order:
-                if side == "b" and bworkers:
+                if side == "b" and bworkers and rnd in spot_rounds:
                     # keep=True on both sides: identical copying work and allocator state
-                    times, _, _ = self._time(bworkers[pair], source, n, keep=True,
+                    times, _, _ = self._time(bworkers[pair % len(bworkers)], source, n, keep=True,
                                              what=f"baseline timing round {rnd + 1}")
                     base.add_round(times, group=pair)
                 elif side == "k":
@@ -529,11 +545,27 @@ class Benchmark:
             r.baseline_cached = True
             r.baseline_us = float(o.baseline_us)  # type: ignore[arg-type]
             r.speedup = stats.Speedup(r.baseline_us / r.kernel_us, None, None, 0.95)
+            if base.count:
+                r.baseline_spot = base
+                self._note_drift(r)
         else:
             r.baseline = base
             r.baseline_us = base.median_us
             r.speedup = stats.speedup(base, kernel, seed=self.rng.randrange(2**31))
         r.correct = not r.failures
+
+    def _note_drift(self, r: BenchResult) -> None:
+        """Say so when the baseline's spot rounds disagree with the cached value."""
+        drift = baseline_drift(r)
+        if drift is None or abs(drift) <= DRIFT_NOTE:
+            return
+        assert r.baseline_spot is not None
+        r.notes.append(
+            f"baseline drift: the baseline took {r.baseline_spot.median_us:.1f} us in this run's spot rounds, "
+            f"{drift * 100:+.0f} % from the cached {r.baseline_us:.1f} us (--baseline-us): the machine's speed "
+            "changed since the value was cached (or the value belongs to another baseline), so this speedup "
+            "is off by about as much. Compare trials measured at the same speed, or rerun without "
+            "--baseline-us for a side-by-side ratio.")
 
     def _verify_timed(self, picked: list[tuple[int, tuple[Any, Any]]]) -> None:
         assert self.baseline is not None

@@ -91,7 +91,8 @@ def _verdict(report: dict[str, Any]) -> str:
         parts.append(f"{report['speedup']:.2f}x{ci} ({report['baseline_us']:.0f} us -> {report['kernel_us']:.0f} us)")
     parts.append("pinned" if report.get("pinned") else "unpinned")
     if report.get("baseline_cached"):
-        parts.append("cached baseline")
+        drift = report.get("baseline_drift")
+        parts.append("cached baseline" + (f" (now {drift * 100:+.0f} %)" if drift is not None else ""))
     return ", ".join(parts)
 
 
