@@ -135,8 +135,9 @@ class BenchResult:
     load_average: float | None = None
 
 
-#: Spot rounds this far (relative) from a cached baseline earn a note.
-DRIFT_NOTE = 0.10
+#: Spot rounds this far (relative) from a cached baseline earn a note. Two
+#: runs of the same eager baseline differ by up to ~15 % on this shared VM.
+DRIFT_NOTE = 0.15
 
 
 def baseline_drift(result: BenchResult) -> float | None:
@@ -511,8 +512,9 @@ class Benchmark:
         r.timing_processes = len(kworkers)
         kernel = stats.Measurement("kernel")
         base = stats.Measurement("baseline")
-        # cached: the baseline runs in a few spot rounds only (first, middle, last)
-        spot_rounds = {0, o.rounds // 2, o.rounds - 1} if cached else set(range(o.rounds))
+        # cached: the baseline runs in four spot rounds spread over the run (not the
+        # first, which follows the warm-up)
+        spot_rounds = {(2 * k + 1) * o.rounds // 8 for k in range(4)} if cached else set(range(o.rounds))
         picked: list[tuple[int, tuple[Any, Any]]] = []
         # which rounds get a verified call is decided here, in the parent; the worker
         # keeps a copy of every output of every round and learns the pick only after it
