@@ -120,7 +120,7 @@ for tier in tiers:
             same = (got == ref) | (got.isnan() & ref.isnan())
         if not bool(same.all()):
             failures.append(f"extreme rows tier={tier} dtype={dtype}: {int((~same).sum())} elements differ")
-    # Many rows: each thread takes runs of consecutive rows, and a bf16 row's
+    # Many rows: each thread takes a contiguous block of rows, and a bf16 row's
     # last pass prepares the next row; rows that need the double path (NaN,
     # large, all very negative) sit between ordinary ones and at run edges.
     for dtype in (torch.bfloat16, torch.float16):
