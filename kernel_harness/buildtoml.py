@@ -11,10 +11,10 @@ so it is an error here too, with the list of keys that are known.
 
 One deliberate difference: kernel-builder requires ``[general] name`` to match
 ``^[a-z][-a-z0-9]*[a-z0-9]$`` (dashes, no underscores) and derives the Python
-package name by replacing ``-`` with ``_``.  This project's templates use the
-Python name (``my_kernel``) directly, so underscores are accepted here;
-:attr:`General.kernel_builder_name_ok` tells the validator to warn that the real
-kernel-builder would refuse it.  ``metadata.json`` always gets the dashed form,
+package name by replacing ``-`` with ``_``.  This project's templates write the
+dashed form too (``my-kernel``); underscores are still accepted here (older
+kernels used the Python name), and :attr:`General.kernel_builder_name_ok` tells
+the validator to warn that the real kernel-builder would refuse them.  ``metadata.json`` always gets the dashed form,
 because ``kernels`` parses that field with the strict rule.
 """
 

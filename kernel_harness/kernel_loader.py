@@ -5,7 +5,8 @@ or a kernel directory, loaded the way users of the ``kernels`` library load it,
 with ``kernels.get_local_kernel(Path(dir))`` (the directory's ``build/`` must hold
 the variant for this torch).  ``--op`` is ``<package>.<function>``; for a
 directory the part before the first dot is the kernel's ``[general] name`` from
-its ``build.toml``, because the module ``kernels`` imports gets another name.
+its ``build.toml`` with dashes as underscores (``my-kernel`` is the package
+``my_kernel``), because the module ``kernels`` imports gets another name.
 
 Loading failures are :class:`KernelCrashed` (exit 3: the kernel could not be
 loaded); a wrong ``--op`` is a :class:`UsageError` (exit 2).
@@ -48,7 +49,7 @@ def kernel_name_from_build_toml(directory: Path) -> str:
                             "(scripts/validate_cpu_kernel.py names the problem).") from exc
     name = data.get("general", {}).get("name")
     if not isinstance(name, str) or not name:
-        raise KernelCrashed(f"{toml_path} has no [general] name; add name = \"<package>\".")
+        raise KernelCrashed(f"{toml_path} has no [general] name; add name = \"my-kernel\" (dashes; the package is my_kernel).")
     return name.replace("-", "_")
 
 

@@ -15,7 +15,7 @@ from bench_helpers import BASELINES, FAST, KERNELS, RMS, ROOT, checks, load_scri
 
 from kernel_harness.bench import stats
 from kernel_harness.bench.pinning import detect_pinning, parse_cpu_list
-from kernel_harness.bench.runner import DRIFT_NOTE
+from kernel_harness.bench.runner import DRIFT_NOTE, _spot_rounds
 from kernel_harness.errors import KernelCrashed, UsageError
 from kernel_harness.kernel_loader import kernel_name_from_build_toml, load_kernel_module, resolve_op
 
@@ -125,6 +125,16 @@ def test_cached_baseline_is_reused_and_said(tmp_path):
     assert report["baseline_drift"] == pytest.approx(spot / 250 - 1, rel=1e-2, abs=1e-3)
     drift_notes = [n for n in report["notes"] if n.startswith("baseline drift")]
     assert bool(drift_notes) == (abs(report["baseline_drift"]) > DRIFT_NOTE)
+
+
+def test_spot_rounds_are_spread_and_skip_the_first():
+    for rounds in range(1, 41):
+        spots = _spot_rounds(rounds)
+        assert 1 <= len(spots) <= 4 and all(0 <= r < rounds for r in spots)
+        if rounds > 1:
+            assert 0 not in spots  # right after the warm-up
+        if rounds >= 8:
+            assert len(spots) == 4 and max(spots) >= rounds // 2
 
 
 def test_uncached_run_reports_no_drift(tmp_path):

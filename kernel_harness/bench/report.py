@@ -200,7 +200,8 @@ def _print_timing(payload: dict[str, Any], console: Console) -> None:
                         f"{'pinned: ' + payload['pinned_detail'] if payload['pinned'] else 'NOT pinned'}, "
                         f"{'cold' if t['cold'] else 'warm'} cache, {t['rounds']} interleaved rounds of "
                         f"{t['calls_per_round']} calls over {t.get('processes_per_side', 1)} worker "
-                        "process(es) per side, fresh inputs per call)")
+                        f"process(es) per side{' (one baseline worker for the spot rounds)' if t.get('baseline_spot') else ''}"
+                        ", fresh inputs per call)")
     for col in ("", "median us", "IQR us", "min us", "calls", "noise"):
         table.add_column(col)
     for name in ("baseline", "kernel"):

@@ -58,7 +58,8 @@ def check_variant_metadata(source: KernelSource, version: int) -> None:
         name = meta.get("name")
         if name not in (source.hub_name, source.name):
             raise UsageError(
-                f"{variant / 'metadata.json'} names the kernel {name!r}, but build.toml names it {source.name!r}. "
+                f"{variant / 'metadata.json'} names the kernel {name!r}, but build.toml names it {source.hub_name!r} "
+                f"(package {source.name!r}). "
                 "The build is from another kernel; rebuild this directory with scripts/build_kernel.py."
             )
         built_version = meta.get("version")
