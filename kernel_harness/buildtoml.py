@@ -101,6 +101,16 @@ KERNEL_KEYS: dict[str, dict[str, str]] = {
 KERNEL_REQUIRED = ("backend", "depends", "src")
 
 _KB_NAME_RE = re.compile(r"^[a-z][-a-z0-9]*[a-z0-9]$")
+
+
+def python_package_name(name: str) -> str:
+    """The importable package a kernel name stands for: ``my-kernel`` -> ``my_kernel``."""
+    return name.replace("-", "_")
+
+
+def kernel_builder_name(name: str) -> str:
+    """The dashed spelling kernel-builder and ``metadata.json`` use: ``my_kernel`` -> ``my-kernel``."""
+    return name.replace("_", "-")
 _OUR_NAME_RE = re.compile(r"^[a-z][-_a-z0-9]*[a-z0-9]$")
 
 
@@ -146,12 +156,12 @@ class General:
     @property
     def python_name(self) -> str:
         """The importable package name (``torch-ext/<python_name>/``)."""
-        return self.name.replace("-", "_")
+        return python_package_name(self.name)
 
     @property
     def metadata_name(self) -> str:
         """The name as ``metadata.json`` must spell it (kernels requires dashes)."""
-        return self.name.replace("_", "-")
+        return kernel_builder_name(self.name)
 
     @property
     def kernel_builder_name_ok(self) -> bool:

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from .buildtoml import python_package_name
 from .errors import KernelCrashed, UsageError
 
 #: Attribute set on a module loaded from a directory: the name ``--op`` must use.
@@ -50,7 +51,7 @@ def kernel_name_from_build_toml(directory: Path) -> str:
     name = data.get("general", {}).get("name")
     if not isinstance(name, str) or not name:
         raise KernelCrashed(f"{toml_path} has no [general] name; add name = \"my-kernel\" (dashes; the package is my_kernel).")
-    return name.replace("-", "_")
+    return python_package_name(name)
 
 
 def load_kernel_module(spec: str) -> ModuleType:

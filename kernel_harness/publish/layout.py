@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..buildtoml import kernel_builder_name, python_package_name
 from ..errors import UsageError
 
 #: Files and directories never copied into a Hub repository: byte code would be
@@ -78,7 +79,7 @@ class KernelSource:
     @property
     def hub_name(self) -> str:
         """The kernel name as kernels' metadata spells it (dashes, not underscores)."""
-        return self.name.replace("_", "-")
+        return kernel_builder_name(self.name)
 
 
 def _read_build_toml(root: Path) -> dict[str, Any]:
@@ -239,7 +240,7 @@ def read_kernel_source(root: Path, *, baseline: Path | None = None) -> KernelSou
             f"{root / 'build.toml'}: [general] name must be lowercase letters, digits and dashes "
             f"(or underscores) such as my-kernel, found {raw_name!r}."
         )
-    name = raw_name.replace("-", "_")  # the Python package: my-kernel -> my_kernel
+    name = python_package_name(raw_name)
     variants = find_variants(root)
     notes: list[str] = []
     raw_version = general.get("version")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..buildtoml import python_package_name
 from ..config import load_config
 from ..errors import CheckFailed, UsageError
 from .card import best_trial_details
@@ -152,7 +153,7 @@ def plan_publish(options: PublishOptions, report: dict[str, Any], log: Log) -> P
     source = read_kernel_source(options.source_dir, baseline=options.baseline)
     report.update(source_dir=str(source.root), name=source.name, notes=list(source.notes))
     repo_name = options.repo_id.split("/", 1)[-1]
-    if repo_name.replace("-", "_") != source.name:
+    if python_package_name(repo_name) != source.name:
         # kernels' requirements: each variant holds a directory named like the repository
         # (dashes as underscores) for older kernels releases; the builder names it after the package.
         report["notes"].append(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import atomic_write_text
+from ..buildtoml import kernel_builder_name
 from ..errors import UsageError
 from ..paths import TEMPLATES_DIR
 from .catalogue import (
@@ -145,7 +146,7 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
     kind = _kind_of(specs, options.kind)
     # build.toml spells the kernel with dashes, as the real kernel-builder
     # requires; the Python package (torch-ext/<name>/) keeps the underscores.
-    base = {"name": name, "ns": ns, "kernel_name": name.replace("_", "-")}
+    base = {"name": name, "ns": ns, "kernel_name": kernel_builder_name(name)}
 
     sections: dict[str, list[str]] = {key: [] for key in (*OP_SECTIONS, *OPTIONAL_OP_SECTIONS)}
     layered: list[str] = []  # ops whose template has a kernelize layer
