@@ -19,7 +19,7 @@ import _bootstrap  # noqa: F401  (makes kernel_harness importable from any direc
 import torch
 from rich.table import Table
 
-from kernel_harness.bench.process import STEADY_MALLOC_ENV, with_steady_malloc
+from kernel_harness.bench.process import is_steady_malloc, with_steady_malloc
 from kernel_harness.cpu import cpu_model
 from kernel_harness.cli import add_json_option, console, run_main, write_json_report
 from kernel_harness.kernel_loader import load_kernel_module
@@ -27,7 +27,7 @@ from kernel_harness.perf_table import DEFAULT_CASES, build_perf_kernel, measure,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None and any(k not in os.environ for k in STEADY_MALLOC_ENV):
+    if argv is None and not is_steady_malloc(dict(os.environ)):
         # malloc reads its thresholds at start-up: run again with the benchmark
         # workers' allocator settings, so PyTorch and our kernel are timed in the
         # same steady state as scripts/benchmark_cpu.py times them

@@ -25,6 +25,7 @@ from typing import Any
 from ..analysis.roofline import choose_limits
 from ..analysis.strategy import PARALLEL_MIN_US, check_reference_ids
 from ..analysis.trace import TraceError, trace_baseline
+from ..bench.process import with_steady_malloc
 from ..config import Config
 from ..errors import ExitCode, KernelCrashed, UsageError
 from ..machine import MachineProfile
@@ -58,7 +59,9 @@ def resolve_baseline(op_path: str, baseline: Path | None) -> tuple[Path, str]:
 
 
 def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
+    # the allocator steady state the benchmark times in (see STEADY_MALLOC_ENV),
+    # so the profile explains the time the benchmark reports
+    env = with_steady_malloc(dict(os.environ))
     env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
