@@ -126,6 +126,7 @@ def test_cached_baseline_is_reused_and_said(tmp_path):
     spot = report["baseline_spot_us"]
     assert spot > 0 and report["timing"]["baseline_spot"]["rounds"] >= 1
     assert report["baseline_drift"] == pytest.approx(spot / 250 - 1, rel=1e-2, abs=1e-3)
+    assert report["speedup_spot"] == pytest.approx(spot / report["kernel_us"], rel=1e-2)
     drift_notes = [n for n in report["notes"] if n.startswith("baseline drift")]
     assert bool(drift_notes) == (abs(report["baseline_drift"]) > DRIFT_NOTE)
 
@@ -144,6 +145,7 @@ def test_uncached_run_reports_no_drift(tmp_path):
     code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm", *FAST)
     assert code == 0 and report["baseline_cached"] is False
     assert report["baseline_spot_us"] is None and report["baseline_drift"] is None
+    assert report["speedup_spot"] is None
 
 
 def test_cold_cache_rotation(tmp_path):

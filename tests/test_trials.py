@@ -202,6 +202,36 @@ def test_result_from_benchmark_json(workspace):
     assert commands.best("rms")["best_trial"] == "t0"
 
 
+def test_trials_are_ranked_by_their_side_by_side_ratio(workspace):
+    """A cached-baseline speedup shifts with the host's speed since the baseline was
+    cached; the spot rounds of the same run do not, and they decide the best."""
+    commands.init("rms", BASELINE, force=False)
+    kernel = make_kernel(workspace)
+    runs = [
+        # t0: measured side by side (no cache): 3.0x
+        {"speedup": 3.0, "baseline_us": 300.0, "kernel_us": 100.0},
+        # t1: the host slowed down after the baseline was cached: 2.5x against the cache,
+        # 3.6x against the baseline timed in the same run
+        {"speedup": 2.5, "baseline_us": 300.0, "kernel_us": 120.0, "baseline_cached": True,
+         "speedup_spot": 3.6},
+        # t2: the host sped up: 3.3x against the cache, 2.8x side by side
+        {"speedup": 3.3, "baseline_us": 300.0, "kernel_us": 90.9, "baseline_cached": True,
+         "speedup_spot": 2.8},
+    ]
+    for index, run in enumerate(runs):
+        (kernel / "demo_cpu" / "demo_avx512.cpp").write_text(f"int f() {{ return {index}; }}")
+        trial_id = commands.save("rms", kernel, strategy=f"change {index}",
+                                 parent=None if index == 0 else "t0")["trial_id"]
+        commands.result("rms", trial_id, correctness=None, speedup=None, baseline_us=None, kernel_us=None,
+                        from_json=benchmark_json(workspace / f"b{index}.json", **run), force=False)
+    best = commands.best("rms")
+    assert best["best_trial"] == "t1" and best["speedup"] == 2.5 and best["speedup_side_by_side"] == 3.6
+    payload, state, _ = commands.status("rms")
+    assert payload["regression_of"] == "t2"  # slower than t0 side by side, though its cached ratio is higher
+    labels = {t.id: t.result.speedup_label() for t in state.trials}
+    assert labels == {"t0": "3.00x", "t1": "2.50x (3.60x side by side)", "t2": "3.30x (2.80x side by side)"}
+
+
 @pytest.mark.parametrize("content, fragment", [
     ("{not json", "not valid JSON"),
     ('{"speedup": 2}', "not a benchmark_cpu.py report"),

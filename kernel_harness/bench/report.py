@@ -20,7 +20,7 @@ from rich.table import Table
 
 from .. import __version__
 from ..cpu import cpu_model
-from .runner import DRIFT_NOTE, BenchResult, baseline_drift
+from .runner import DRIFT_NOTE, BenchResult, baseline_drift, spot_speedup
 from .runner import _last_level_cache_bytes as llc_bytes
 
 SCHEMA_VERSION = 1
@@ -78,6 +78,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         "baseline_cached": result.baseline_cached,
         "baseline_spot_us": _num(result.baseline_spot.median_us) if result.baseline_spot else None,
         "baseline_drift": _num(baseline_drift(result), 4),
+        "speedup_spot": _num(spot_speedup(result), 4),
         "iqr": {
             "baseline_us": _num(result.baseline.iqr_us) if result.baseline else None,
             "kernel_us": _num(result.kernel.iqr_us) if result.kernel else None,
@@ -223,6 +224,9 @@ def _print_timing(payload: dict[str, Any], console: Console) -> None:
     else:
         line += f" ({verdict})"
     console.print(f"[bold]{line}[/bold]")
+    if payload.get("speedup_spot") is not None:
+        console.print(f"side by side with this run's baseline spot rounds: {payload['speedup_spot']:.3f}x "
+                      "(what the trial tree ranks trials by)")
     console.print(f"verified {t['verified_timed_calls']} randomly chosen timed calls")
     tp = payload["throughput"]
     if tp:

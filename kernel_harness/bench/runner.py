@@ -147,6 +147,15 @@ def _spot_rounds(rounds: int) -> set[int]:
     return {max(min(1, rounds - 1), (2 * k + 1) * rounds // 8) for k in range(4)}
 
 
+def spot_speedup(result: BenchResult) -> float | None:
+    """Baseline spot median / kernel median: the ratio measured side by side in this
+    run, which a change of the machine's speed since the baseline was cached moves
+    on both sides alike (None without spot rounds)."""
+    if not result.baseline_cached or result.baseline_spot is None or not result.kernel_us:
+        return None
+    return result.baseline_spot.median_us / result.kernel_us
+
+
 def baseline_drift(result: BenchResult) -> float | None:
     """Relative change of the baseline since it was cached (spot median / cached - 1)."""
     if not result.baseline_cached or result.baseline_spot is None or not result.baseline_us:

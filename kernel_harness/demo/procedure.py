@@ -23,6 +23,7 @@ from rich.table import Table
 from ..config import Config, load_config
 from ..errors import UsageError
 from ..paths import EXAMPLES_DIR
+from ..trials.model import side_by_side, speedup_label
 from .recipe import Recipe, apply_defines, load_recipe
 from .runner import DemoRunner
 
@@ -93,6 +94,8 @@ def _verdict(report: dict[str, Any]) -> str:
     if report.get("baseline_cached"):
         drift = report.get("baseline_drift")
         parts.append("cached baseline" + (f" (now {drift * 100:+.0f} %)" if drift is not None else ""))
+        if report.get("speedup_spot"):
+            parts.append(f"{report['speedup_spot']:.2f}x side by side")
     return ", ".join(parts)
 
 
@@ -199,7 +202,7 @@ def _summary_table(ctx: DemoContext, status: dict[str, Any], final: dict[str, An
         best = " (best)" if trial["id"] == status["best_trial"] else ""
         table.add_row(trial["id"] + best, trial["parent"] or "-", escape(trial["strategy"]),
                       {True: "yes", False: "no"}.get(result.get("correct"), "-"),
-                      f"{result['speedup']:.2f}x" if result.get("speedup") else "-",
+                      speedup_label(result.get("speedup"), side_by_side(result.get("details") or {})),
                       f"{result['kernel_us']:.1f}" if result.get("kernel_us") else "-")
     console = ctx.runner.console
     console.print(table)

@@ -56,7 +56,7 @@ def summary_markdown(state: TreeState, insights: TreeInsights) -> str:
     lines = [
         f"# Finalized kernel: {state.name}",
         "",
-        f"Best trial **{best.id}**: {best.result.speedup:.2f}x "
+        f"Best trial **{best.id}**: {best.result.speedup_label()} "
         f"({best.result.baseline_us:.1f} us baseline -> {best.result.kernel_us:.1f} us kernel).",
         "",
         f"Strategy: {best.strategy}",
@@ -72,7 +72,7 @@ def summary_markdown(state: TreeState, insights: TreeInsights) -> str:
         result = trial.result
         cells = ["-", "-", "-", "-"] if result is None else [
             "yes" if result.correct else "no",
-            f"{result.speedup:.2f}x" if result.speedup else "-",
+            result.speedup_label(),
             f"{result.baseline_us:.1f}" if result.baseline_us else "-",
             f"{result.kernel_us:.1f}" if result.kernel_us else "-",
         ]

@@ -14,11 +14,12 @@ PLATEAU_LENGTH = 2
 
 
 def best_trial(state: TreeState) -> Trial | None:
-    """The fastest correct trial (ties go to the earlier one)."""
-    candidates = [t for t in state.trials if t.result and t.result.correct and t.result.speedup]
+    """The fastest correct trial by its side-by-side ratio (TrialResult.ranking_speedup;
+    ties go to the earlier one)."""
+    candidates = [t for t in state.trials if t.result and t.result.correct and t.result.ranking_speedup]
     if not candidates:
         return None
-    return max(candidates, key=lambda t: (t.result.speedup, -t.number))
+    return max(candidates, key=lambda t: (t.result.ranking_speedup, -t.number))
 
 
 def cached_baseline_us(state: TreeState) -> float | None:
@@ -44,7 +45,7 @@ class TreeInsights:
 def _speedup(trial: Trial | None) -> float | None:
     if trial is None or trial.result is None or not trial.result.correct:
         return None
-    return trial.result.speedup
+    return trial.result.ranking_speedup
 
 
 def _is_plateau(state: TreeState) -> bool:
@@ -66,7 +67,7 @@ def _is_plateau(state: TreeState) -> bool:
 def analyse_tree(state: TreeState, *, max_trials: int | None, early_stop_speedup: float | None) -> TreeInsights:
     best = best_trial(state)
     used = len(state.trials)
-    early = bool(best and early_stop_speedup is not None and best.result.speedup > early_stop_speedup)
+    early = bool(best and early_stop_speedup is not None and best.result.ranking_speedup > early_stop_speedup)
     plateau = _is_plateau(state)
     latest = state.trials[-1] if state.trials else None
     regression = None
@@ -78,7 +79,7 @@ def analyse_tree(state: TreeState, *, max_trials: int | None, early_stop_speedup
     advice: list[str] = []
     if early:
         advice.append(
-            f"Early stop: {best.id} reached {best.result.speedup:.2f}x > early_stop_speedup "
+            f"Early stop: {best.id} reached {best.result.ranking_speedup:.2f}x > early_stop_speedup "
             f"{early_stop_speedup:g}x. Finalize it."
         )
     elif max_trials is not None and used >= max_trials:

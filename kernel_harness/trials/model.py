@@ -41,6 +41,38 @@ class TrialResult:
     source: str  # "cli" or the path of the benchmark JSON it came from
     details: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def ranking_speedup(self) -> float | None:
+        """What trials are compared by: a ratio measured side by side in the trial's own run.
+
+        With a cached baseline (--baseline-us) the recorded speedup divides a
+        baseline time from another run, so a host that slowed down or sped up
+        since then shifts it by as much (drifts of 15-67 % were measured here);
+        the baseline's spot rounds of the same run (``speedup_spot``) do not
+        have that bias. Without spot rounds it is the speedup itself.
+        """
+        spot = side_by_side(self.details)
+        return spot if spot is not None else self.speedup
+
+    def speedup_label(self) -> str:
+        """The recorded speedup, and the side-by-side ratio when trials are ranked by it."""
+        return speedup_label(self.speedup, side_by_side(self.details))
+
+
+def side_by_side(details: dict[str, Any]) -> float | None:
+    """``speedup_spot`` of a result's carried benchmark keys, when it is a usable number."""
+    spot = details.get("speedup_spot")
+    if isinstance(spot, (int, float)) and not isinstance(spot, bool) and spot > 0:
+        return float(spot)
+    return None
+
+
+def speedup_label(speedup: float | None, spot: float | None) -> str:
+    """'7.00x', or '7.00x (6.81x side by side)' for a cached-baseline result."""
+    if speedup is None:
+        return "-"
+    return f"{speedup:.2f}x" + (f" ({spot:.2f}x side by side)" if spot is not None else "")
+
 
 @dataclass(frozen=True)
 class Trial:

@@ -23,7 +23,7 @@ def describe_result(trial: Trial) -> str:
         return "[red]incorrect[/red]"
     timing = ""
     if result.speedup is not None:
-        timing = f" {result.speedup:.2f}x ({result.baseline_us:.1f} us -> {result.kernel_us:.1f} us)"
+        timing = f" {result.speedup_label()} ({result.baseline_us:.1f} us -> {result.kernel_us:.1f} us)"
     return f"[green]correct[/green]{timing}"
 
 
@@ -70,7 +70,7 @@ def save_tree_png(state: TreeState, insights: TreeInsights, path: Path) -> Path:
             colour, text = "#f4a6a6", f"{trial.id}: incorrect"
         else:
             colour = "#ffd54f" if trial.id == best_id else "#a5d6a7"
-            text = f"{trial.id}: {result.speedup:.2f}x" if result.speedup else f"{trial.id}: correct"
+            text = f"{trial.id}: {result.speedup_label()}" if result.speedup else f"{trial.id}: correct"
         strategy = trial.strategy if len(trial.strategy) <= 38 else trial.strategy[:35] + "..."
         ax.annotate(
             f"{text}\n{strategy}",
@@ -86,7 +86,7 @@ def save_tree_png(state: TreeState, insights: TreeInsights, path: Path) -> Path:
     ax.axis("off")
     title = f"Trial tree {state.name}"
     if insights.best is not None:
-        title += f"  (best {insights.best.id}: {insights.best.result.speedup:.2f}x)"
+        title += f"  (best {insights.best.id}: {insights.best.result.speedup_label()})"
     ax.set_title(title)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ SPEEDUP_CONSISTENCY = 0.02
 # Keys of benchmark_cpu.py's JSON kept with a result for later reading.
 CARRIED_BENCHMARK_KEYS = (
     "iqr", "threads", "pinned", "acceptance_rule", "speedup_ci", "speedup_verdict", "baseline_cached", "baseline_drift",
+    "speedup_spot",
     "tolerances", "widened", "failures", "tiers", "crash", "machine", "versions",
 )
 
