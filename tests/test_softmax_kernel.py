@@ -120,12 +120,15 @@ for tier in tiers:
             same = (got == ref) | (got.isnan() & ref.isnan())
         if not bool(same.all()):
             failures.append(f"extreme rows tier={tier} dtype={dtype}: {int((~same).sum())} elements differ")
-    # Many rows: each thread takes a contiguous block of rows, and a bf16 row's
-    # last pass prepares the next row; rows that need the double path (NaN,
-    # large, all very negative) sit between ordinary ones and at run edges.
+    # Many rows: threads take runs of rows (19 rows each at 300 rows and two
+    # threads, see row_run), and a bf16 row's last pass prepares the next row
+    # of its run; rows that need the double path (NaN, large, all very
+    # negative) sit between ordinary ones and at run edges (37 | 38, 299).
     for dtype in (torch.bfloat16, torch.float16):
         g = torch.Generator().manual_seed(11)
         x = 3.0 * torch.randn(300, 4109, generator=g)
+        x[37] += 705.0
+        x[38, 3] = float("nan")
         x[40, 7] = float("nan")
         x[41] += 705.0
         x[42] -= 650.0

@@ -232,6 +232,27 @@ def test_trials_are_ranked_by_their_side_by_side_ratio(workspace):
     assert labels == {"t0": "3.00x", "t1": "2.50x (3.60x side by side)", "t2": "3.30x (2.80x side by side)"}
 
 
+def test_older_cached_results_rank_by_their_drift(workspace):
+    """A result recorded before speedup_spot existed still has baseline_drift:
+    speedup * (1 + drift) is the same side-by-side ratio; junk values are ignored."""
+    commands.init("rms", BASELINE, force=False)
+    kernel = make_kernel(workspace)
+    runs = [
+        {"speedup": 3.0, "baseline_us": 300.0, "kernel_us": 100.0, "baseline_cached": True, "baseline_drift": 0.2},
+        {"speedup": 3.4, "baseline_us": 340.0, "kernel_us": 100.0, "baseline_cached": True, "speedup_spot": "inf"},
+    ]
+    for index, run in enumerate(runs):
+        (kernel / "demo_cpu" / "demo_avx512.cpp").write_text(f"int f() {{ return {index}; }}")
+        trial_id = commands.save("rms", kernel, strategy=f"change {index}",
+                                 parent=None if index == 0 else "t0")["trial_id"]
+        commands.result("rms", trial_id, correctness=None, speedup=None, baseline_us=None, kernel_us=None,
+                        from_json=benchmark_json(workspace / f"b{index}.json", **run), force=False)
+    best = commands.best("rms")
+    assert best["best_trial"] == "t0" and best["speedup_side_by_side"] == pytest.approx(3.6)
+    _, state, _ = commands.status("rms")
+    assert state.trial("t1").result.ranking_speedup == 3.4  # its spot value is not a number
+
+
 @pytest.mark.parametrize("content, fragment", [
     ("{not json", "not valid JSON"),
     ('{"speedup": 2}', "not a benchmark_cpu.py report"),

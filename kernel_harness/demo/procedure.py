@@ -202,7 +202,7 @@ def _summary_table(ctx: DemoContext, status: dict[str, Any], final: dict[str, An
         best = " (best)" if trial["id"] == status["best_trial"] else ""
         table.add_row(trial["id"] + best, trial["parent"] or "-", escape(trial["strategy"]),
                       {True: "yes", False: "no"}.get(result.get("correct"), "-"),
-                      speedup_label(result.get("speedup"), side_by_side(result.get("details") or {})),
+                      speedup_label(result.get("speedup"), side_by_side(result.get("details") or {}, result.get("speedup"))),
                       f"{result['kernel_us']:.1f}" if result.get("kernel_us") else "-")
     console = ctx.runner.console
     console.print(table)

@@ -89,7 +89,7 @@ def best(name: str, *, trials_root: Path | None = None) -> dict[str, Any]:
     if trial is None:
         raise CheckFailed(f"Trial tree {name!r} has no correct trial with a recorded speedup yet.")
     return {"name": name, "best_trial": trial.id, "speedup": trial.result.speedup,
-            "speedup_side_by_side": side_by_side(trial.result.details),
+            "speedup_side_by_side": side_by_side(trial.result.details, trial.result.speedup),
             "baseline_us": trial.result.baseline_us, "kernel_us": trial.result.kernel_us, "warnings": warnings}
 
 

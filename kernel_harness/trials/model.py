@@ -51,19 +51,31 @@ class TrialResult:
         the baseline's spot rounds of the same run (``speedup_spot``) do not
         have that bias. Without spot rounds it is the speedup itself.
         """
-        spot = side_by_side(self.details)
+        spot = side_by_side(self.details, self.speedup)
         return spot if spot is not None else self.speedup
 
     def speedup_label(self) -> str:
         """The recorded speedup, and the side-by-side ratio when trials are ranked by it."""
-        return speedup_label(self.speedup, side_by_side(self.details))
+        return speedup_label(self.speedup, side_by_side(self.details, self.speedup))
 
 
-def side_by_side(details: dict[str, Any]) -> float | None:
-    """``speedup_spot`` of a result's carried benchmark keys, when it is a usable number."""
+def _usable(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def side_by_side(details: dict[str, Any], speedup: float | None) -> float | None:
+    """The side-by-side ratio of a cached-baseline result, from its carried benchmark keys.
+
+    ``speedup_spot`` when recorded; results written before that key existed
+    carry ``baseline_drift`` (spot / cached - 1), and speedup * (1 + drift) is
+    the same ratio. None for anything else (unusable numbers included).
+    """
     spot = details.get("speedup_spot")
-    if isinstance(spot, (int, float)) and not isinstance(spot, bool) and spot > 0:
+    if _usable(spot) and spot > 0:
         return float(spot)
+    drift = details.get("baseline_drift")
+    if details.get("baseline_cached") is True and _usable(drift) and drift > -1 and speedup:
+        return speedup * (1.0 + drift)
     return None
 
 
