@@ -202,12 +202,22 @@ def test_result_from_benchmark_json(workspace):
     assert commands.best("rms")["best_trial"] == "t0"
 
 
+def record_benchmark_runs(workspace: Path, runs: list[dict]) -> None:
+    """A tree whose trial k (children of t0) records benchmark JSON runs[k]."""
+    commands.init("rms", BASELINE, force=False)
+    kernel = make_kernel(workspace)
+    for index, run in enumerate(runs):
+        (kernel / "demo_cpu" / "demo_avx512.cpp").write_text(f"int f() {{ return {index}; }}")
+        trial_id = commands.save("rms", kernel, strategy=f"change {index}",
+                                 parent=None if index == 0 else "t0")["trial_id"]
+        commands.result("rms", trial_id, correctness=None, speedup=None, baseline_us=None, kernel_us=None,
+                        from_json=benchmark_json(workspace / f"b{index}.json", **run), force=False)
+
+
 def test_trials_are_ranked_by_their_side_by_side_ratio(workspace):
     """A cached-baseline speedup shifts with the host's speed since the baseline was
     cached; the spot rounds of the same run do not, and they decide the best."""
-    commands.init("rms", BASELINE, force=False)
-    kernel = make_kernel(workspace)
-    runs = [
+    record_benchmark_runs(workspace, [
         # t0: measured side by side (no cache): 3.0x
         {"speedup": 3.0, "baseline_us": 300.0, "kernel_us": 100.0},
         # t1: the host slowed down after the baseline was cached: 2.5x against the cache,
@@ -217,13 +227,7 @@ def test_trials_are_ranked_by_their_side_by_side_ratio(workspace):
         # t2: the host sped up: 3.3x against the cache, 2.8x side by side
         {"speedup": 3.3, "baseline_us": 300.0, "kernel_us": 90.9, "baseline_cached": True,
          "speedup_spot": 2.8},
-    ]
-    for index, run in enumerate(runs):
-        (kernel / "demo_cpu" / "demo_avx512.cpp").write_text(f"int f() {{ return {index}; }}")
-        trial_id = commands.save("rms", kernel, strategy=f"change {index}",
-                                 parent=None if index == 0 else "t0")["trial_id"]
-        commands.result("rms", trial_id, correctness=None, speedup=None, baseline_us=None, kernel_us=None,
-                        from_json=benchmark_json(workspace / f"b{index}.json", **run), force=False)
+    ])
     best = commands.best("rms")
     assert best["best_trial"] == "t1" and best["speedup"] == 2.5 and best["speedup_side_by_side"] == 3.6
     payload, state, _ = commands.status("rms")
@@ -235,18 +239,10 @@ def test_trials_are_ranked_by_their_side_by_side_ratio(workspace):
 def test_older_cached_results_rank_by_their_drift(workspace):
     """A result recorded before speedup_spot existed still has baseline_drift:
     speedup * (1 + drift) is the same side-by-side ratio; junk values are ignored."""
-    commands.init("rms", BASELINE, force=False)
-    kernel = make_kernel(workspace)
-    runs = [
+    record_benchmark_runs(workspace, [
         {"speedup": 3.0, "baseline_us": 300.0, "kernel_us": 100.0, "baseline_cached": True, "baseline_drift": 0.2},
         {"speedup": 3.4, "baseline_us": 340.0, "kernel_us": 100.0, "baseline_cached": True, "speedup_spot": "inf"},
-    ]
-    for index, run in enumerate(runs):
-        (kernel / "demo_cpu" / "demo_avx512.cpp").write_text(f"int f() {{ return {index}; }}")
-        trial_id = commands.save("rms", kernel, strategy=f"change {index}",
-                                 parent=None if index == 0 else "t0")["trial_id"]
-        commands.result("rms", trial_id, correctness=None, speedup=None, baseline_us=None, kernel_us=None,
-                        from_json=benchmark_json(workspace / f"b{index}.json", **run), force=False)
+    ])
     best = commands.best("rms")
     assert best["best_trial"] == "t0" and best["speedup_side_by_side"] == pytest.approx(3.6)
     _, state, _ = commands.status("rms")
