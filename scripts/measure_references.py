@@ -16,19 +16,15 @@ import _bootstrap  # noqa: F401  (makes kernel_harness importable from any direc
 from rich.table import Table
 
 from kernel_harness.cli import add_json_option, console, run_main, write_json_report
+from kernel_harness.snippets.measure import KEYS, run_all
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Re-measure the expected_effect numbers of references/.")
     parser.add_argument("--only", nargs="*", default=None, metavar="KEY",
-                        help="run only these benchmarks (e.g. gemm fusion); default: all. Keys: "
-                        "dot_accumulators stream_prefetch gather_prefetch nt_stores first_touch single_pass "
-                        "row_pipelining cache_blocking omp_rows omp_threshold bf16_dot bf16_fp16_accumulate ziv gemm "
-                        "quant_gemv vectorize fusion")
+                        help="run only these benchmarks (e.g. gemm fusion); default: all. Keys: " + " ".join(KEYS))
     add_json_option(parser)
     args = parser.parse_args(argv)
-    from kernel_harness.snippets.measure import run_all
-
     results = run_all(set(args.only) if args.only else None)
     for m in results:
         table = Table(title=f"{m.key} [{m.entry_id}]: {m.description}")

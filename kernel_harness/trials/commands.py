@@ -14,7 +14,7 @@ from ..config import load_config
 from ..errors import CheckFailed, HarnessError
 from .finalize import finalize_tree
 from .insights import analyse_tree, best_trial, cached_baseline_us
-from .model import TreeState, side_by_side
+from .model import TreeState
 from .results import build_result, result_from_benchmark_json
 from .store import TrialStore
 
@@ -89,7 +89,7 @@ def best(name: str, *, trials_root: Path | None = None) -> dict[str, Any]:
     if trial is None:
         raise CheckFailed(f"Trial tree {name!r} has no correct trial with a recorded speedup yet.")
     return {"name": name, "best_trial": trial.id, "speedup": trial.result.speedup,
-            "speedup_side_by_side": side_by_side(trial.result.details, trial.result.speedup),
+            "speedup_side_by_side": trial.result.side_by_side_speedup,
             "baseline_us": trial.result.baseline_us, "kernel_us": trial.result.kernel_us, "warnings": warnings}
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from ..atomic import atomic_write_json, atomic_write_text
 from ..errors import CheckFailed, UsageError
 from .insights import TreeInsights
-from .model import TreeState, side_by_side
+from .model import TreeState
 from .render import save_tree_png
 from .store import TrialStore, now_iso
 
@@ -40,7 +40,7 @@ def summary_payload(state: TreeState, insights: TreeInsights, output_dir: Path) 
         "best_trial": best.id,
         "strategy": best.strategy,
         "speedup": best.result.speedup,
-        "speedup_side_by_side": side_by_side(best.result.details, best.result.speedup),
+        "speedup_side_by_side": best.result.side_by_side_speedup,
         "baseline_us": best.result.baseline_us,
         "kernel_us": best.result.kernel_us,
         "baseline_file": state.baseline.path,

@@ -51,12 +51,17 @@ class TrialResult:
         the baseline's spot rounds of the same run (``speedup_spot``) do not
         have that bias. Without spot rounds it is the speedup itself.
         """
-        spot = side_by_side(self.details, self.speedup)
+        spot = self.side_by_side_speedup
         return spot if spot is not None else self.speedup
+
+    @property
+    def side_by_side_speedup(self) -> float | None:
+        """The side-by-side ratio of a cached-baseline result (see :func:`side_by_side`)."""
+        return side_by_side(self.details, self.speedup)
 
     def speedup_label(self) -> str:
         """The recorded speedup, and the side-by-side ratio when trials are ranked by it."""
-        return speedup_label(self.speedup, side_by_side(self.details, self.speedup))
+        return speedup_label(self.speedup, self.side_by_side_speedup)
 
 
 def _usable(value: Any) -> bool:
