@@ -277,27 +277,39 @@ def assert_same_bits(out: torch.Tensor, ref: torch.Tensor, where: str) -> None:
     )
 
 
-def _rms_norm_rows_that_test_the_fast_paths(dtype: torch.dtype) -> list[tuple[torch.Tensor, float]]:
-    """Rows for each branch of the kernel's fast sum of squares and its checks."""
+def _rms_norm_rows_that_test_the_fast_paths(dtype: torch.dtype) -> list[tuple[torch.Tensor, float, float]]:
+    """(rows, eps, weight scale) for each branch of the kernel's fast sum of squares, its checks and its stores."""
     gen = torch.Generator().manual_seed(7)
     cols = 4096 + 13
+    bf16 = dtype == torch.bfloat16
 
     def rows(n: int, scale: float = 1.0) -> torch.Tensor:
         return (torch.randn(n, cols, generator=gen, dtype=torch.float64) * scale).to(dtype)
 
     wide = rows(1)
-    wide[0, ::97] = 3e4 if dtype == torch.float16 else 3e30  # bf16 squares overflow fp32
+    wide[0, ::97] = 3e30 if bf16 else 3e4  # bf16 squares overflow fp32
     with_zeros = rows(2)
     with_zeros[:, ::3] = 0.0
-    tiny = torch.tensor(1e-7 if dtype == torch.float16 else 1e-39, dtype=torch.float64)
+    tiny = torch.tensor(1e-39 if bf16 else 1e-7, dtype=torch.float64)
+    # A few elements ~2^-126 times the rest: outputs just below and above FLT_MIN
+    # (bf16: denormal halves in the prescaled stores), and denormal outputs.
+    spiky = rows(2)
+    spiky[:, ::101] *= torch.logspace(-39, -37, spiky[:, ::101].shape[-1], dtype=torch.float64).to(dtype) if bf16 else 1e-5
+    # One element 60x the rest: with weights near 2^127 / sqrt(cols) (bf16) the
+    # kernel must store unscaled (its prescaled store needs finite results) and
+    # that element's output overflows to inf.
+    spike = rows(2)
+    spike[:, 17] = 60.0
     return [
-        (rows(2000), 1e-6),  # ~1 row in 15 needs the exact sum to settle a lane
-        (rows(4, 1e-25 if dtype == torch.bfloat16 else 1e-3), 1e-6),  # mean square below the fast range
-        (wide, 1e-6),
-        (with_zeros, 1e-6),
-        (rows(3) * tiny.to(dtype), 1e-6),  # denormal inputs and outputs
-        (rows(3, 1e-20 if dtype == torch.bfloat16 else 1e-2), 0.0),  # eps 0: large inv_rms
-        (torch.zeros(2, cols, dtype=dtype), 1e-6),
+        (rows(2000), 1e-6, 1.0),  # ~1 row in 15 needs the exact sum to settle a lane
+        (rows(4, 1e-25 if bf16 else 1e-3), 1e-6, 1.0),  # mean square below the fast range
+        (wide, 1e-6, 1.0),
+        (with_zeros, 1e-6, 1.0),
+        (rows(3) * tiny.to(dtype), 1e-6, 1.0),  # denormal inputs
+        (spiky, 1e-6, 1.0),
+        (spike, 1e-6, 1e37 if bf16 else 1e3),
+        (rows(3, 1e-20 if bf16 else 1e-2), 0.0, 1.0),  # eps 0: large inv_rms
+        (torch.zeros(2, cols, dtype=dtype), 1e-6, 1.0),
     ]
 
 
@@ -306,19 +318,21 @@ def test_rms_norm_is_the_correctly_rounded_float64_result(kernel, tier_env, dtyp
     """bf16/fp16 rms_norm equals the float64 reference rounded once, bit for bit, in every tier.
 
     The SIMD tiers sum squares in fp32 and settle suspect lanes from an error
-    interval, taking the exact sum only when a lane needs it: these rows reach
-    every branch of that (ambiguous lanes, sums outside the fast range, zeros,
-    denormals, a zero eps).
+    interval, taking the exact sum only when a lane needs it, and the AVX512
+    tier takes bf16 roundings from its screen's addition unless the weights are
+    too large: these rows reach every branch of that (ambiguous lanes, sums
+    outside the fast range, zeros, denormals, huge weights, a zero eps).
     """
     tier_env("generic")
     w_gen = torch.Generator().manual_seed(8)
-    for x, eps in _rms_norm_rows_that_test_the_fast_paths(dtype):
-        w = (1 + 0.1 * torch.randn(x.shape[-1], generator=w_gen)).to(dtype)
+    for x, eps, w_scale in _rms_norm_rows_that_test_the_fast_paths(dtype):
+        w = ((1 + 0.1 * torch.randn(x.shape[-1], generator=w_gen, dtype=torch.float64)) * w_scale).to(dtype)
         xd = x.double()
         ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * w.double()).to(dtype)
         for tier in [t for t in TIERS if has_isa(t)]:
             os.environ["KERNEL_CPU_ISA"] = tier
-            assert_same_bits(kernel.rms_norm(x, w, eps), ref, f"{tier} {dtype} rows {tuple(x.shape)} eps {eps}")
+            where = f"{tier} {dtype} rows {tuple(x.shape)} eps {eps} weight scale {w_scale}"
+            assert_same_bits(kernel.rms_norm(x, w, eps), ref, where)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
