@@ -81,6 +81,21 @@ def _functions(case: Case, kernel: ModuleType) -> tuple[list[Any], Callable, Cal
     raise ValueError(case.op)
 
 
+def interleaved_samples(fns: dict[str, Callable[[], Any]], rounds: int, calls: int) -> dict[str, list[float]]:
+    """``rounds`` timings (µs per call, ``calls`` calls each) of every function, side by side.
+
+    Each round times every function once; odd rounds go in reverse order, so
+    that no function always follows the same neighbour (a predecessor's dirty
+    cache lines and temporaries are evicted on the next one's time).
+    """
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    order = list(fns)
+    for r in range(rounds):
+        for name in order if r % 2 == 0 else reversed(order):
+            samples[name].append(_time_us(fns[name], calls))
+    return samples
+
+
 def _time_us(fn: Callable[[], Any], calls: int) -> float:
     start = time.perf_counter()
     for _ in range(calls):
@@ -93,13 +108,10 @@ def measure(case: Case, kernel: ModuleType, rounds: int = 15, calls: int = 10) -
     reference = eager(*inputs)
     source = torch.empty_like(reference).copy_(reference)  # an output-sized tensor to copy
     floor = lambda: torch.empty_like(source).copy_(source)  # noqa: E731
-    for fn in (lambda: eager(*inputs), lambda: ours(*inputs), floor):
+    fns = {"torch": lambda: eager(*inputs), "ours": lambda: ours(*inputs), "floor": floor}
+    for fn in fns.values():
         fn()  # warm-up: first-call costs (lazy init, page faults of the pool)
-    samples: dict[str, list[float]] = {"torch": [], "ours": [], "floor": []}
-    for _ in range(rounds):
-        samples["torch"].append(_time_us(lambda: eager(*inputs), calls))
-        samples["ours"].append(_time_us(lambda: ours(*inputs), calls))
-        samples["floor"].append(_time_us(floor, calls))
+    samples = interleaved_samples(fns, rounds, calls)
     t_torch, t_ours, t_floor = (statistics.median(samples[k]) for k in ("torch", "ours", "floor"))
     return Row(
         case=case.label, torch_us=t_torch, ours_us=t_ours, floor_us=t_floor, speedup=t_torch / t_ours,
