@@ -17,6 +17,7 @@ from pathlib import Path
 
 import _bootstrap  # noqa: F401  (makes kernel_harness importable from any directory)
 import torch
+from rich import box
 from rich.table import Table
 
 from kernel_harness.bench.process import is_steady_malloc, with_steady_malloc
@@ -36,27 +37,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kernel-dir", type=Path,
                         default=Path.home() / ".cache" / "kernel_harness" / "perf-catalogue",
                         help="where the catalogue kernel is generated and built (incremental)")
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per case")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds per case (default: as many as --seconds-per-case allows, 15-75)")
+    parser.add_argument("--seconds-per-case", type=float, default=6.0,
+                        help="time budget per case when --rounds is not given (default 6)")
     parser.add_argument("--threads", type=int, default=None, help="torch/OpenMP threads (default: torch's)")
     add_json_option(parser)
     args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give at least 1 round per case (or leave it out for the time budget)")
+    if not args.seconds_per_case > 0:
+        parser.error(f"--seconds-per-case {args.seconds_per_case}: give a positive number of seconds")
     if args.threads:
         torch.set_num_threads(args.threads)
     with console.status("generating and building the catalogue kernel"):
         kernel = load_kernel_module(str(build_perf_kernel(args.kernel_dir.resolve())))
-    table = Table(title=f"Catalogue kernels vs PyTorch eager ({cpu_model()}, {torch.get_num_threads()} threads)")
-    for column in ("op dtype shape", "PyTorch us", "ours us", "speedup", "GB/s", "x floor", "tier"):
-        table.add_column(column, justify="right" if column != "op dtype shape" else "left")
+    # no vertical rules, no padding, short headers: the eight columns fit an 80-column terminal
+    table = Table(title="Catalogue kernels vs PyTorch eager (times in us)", box=box.SIMPLE_HEAD, padding=(0, 0),
+                  show_edge=False, caption=f"{cpu_model()}, {torch.get_num_threads()} threads")
+    for column in ("op dtype shape", "torch", "ours", "speedup", "95% CI", "GB/s", "/floor", "tier"):
+        first = column == "op dtype shape"
+        table.add_column(column, justify="left" if first else "right", no_wrap=first)
     rows = []
     for case in DEFAULT_CASES:
         with console.status(f"timing {case.label}"):
-            row = measure(case, kernel, rounds=args.rounds)
+            row = measure(case, kernel, rounds=args.rounds, budget_s=args.seconds_per_case)
         rows.append(row)
-        table.add_row(row.case, f"{row.torch_us:.0f}", f"{row.ours_us:.0f}", f"{row.speedup:.2f}x",
+        interval = ("-" if row.speedup_ci_low is None or row.speedup_ci_high is None
+                    else f"{row.speedup_ci_low:.2f}-{row.speedup_ci_high:.2f}")
+        table.add_row(row.case, f"{row.torch_us:.0f}", f"{row.ours_us:.0f}", f"{row.speedup:.2f}x", interval,
                       f"{row.gbps:.1f}", f"{row.floor_fraction:.2f}", row.tier)
     console.print(table)
     load = os.getloadavg()[0]
-    console.print(f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs")
+    console.print(f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs; rounds per case: "
+                  + ", ".join(str(row.rounds) for row in rows))
     write_json_report(args.json, {"machine": cpu_model(), "threads": torch.get_num_threads(),
                                   "load_average": load, "rows": rows_as_dicts(rows)})
     return 0

@@ -2,17 +2,65 @@
 
 from __future__ import annotations
 
-from kernel_harness.perf_table import interleaved_samples
+import types
+
+import pytest
+import torch
+
+from conftest import run_script
+
+from kernel_harness.perf_table import interleaved_samples, rounds_for
 
 
 def test_rounds_time_every_function_and_alternate_the_order():
     calls: list[str] = []
     fns = {name: (lambda name=name: calls.append(name)) for name in ("torch", "ours", "floor")}
     samples = interleaved_samples(fns, rounds=4, calls=2)
-    assert {name: len(v) for name, v in samples.items()} == {"torch": 4, "ours": 4, "floor": 4}
-    assert all(t >= 0.0 for v in samples.values() for t in v)
+    # every call timed on its own, grouped by round
+    assert {name: [len(r) for r in m.rounds] for name, m in samples.items()} == {
+        "torch": [2] * 4, "ours": [2] * 4, "floor": [2] * 4}
+    assert all(t >= 0 for m in samples.values() for t in m.times_ns)
     rounds = [calls[i:i + 6:2] for i in range(0, len(calls), 6)]  # each function runs `calls` times in a row
     assert rounds == [["torch", "ours", "floor"], ["floor", "ours", "torch"]] * 2
     # so no function always runs right after the same neighbour
     predecessors = {name: {r[r.index(name) - 1] for r in rounds if r.index(name) > 0} for name in fns}
     assert predecessors["ours"] == {"torch", "floor"}
+
+
+def test_rounds_follow_the_time_budget_within_bounds():
+    assert rounds_for(0.1, budget_s=6.0) == 60
+    assert rounds_for(1.0, budget_s=6.0) == 15  # a slow case still gets the least
+    assert rounds_for(0.01, budget_s=6.0) == 75  # a fast one no more than the most
+    assert rounds_for(0.0, budget_s=6.0) == 75
+
+
+def test_speedup_is_the_ratio_of_medians_with_an_interval(monkeypatch):
+    """measure() on a fake kernel: the row's speedup is torch's median over ours, the
+    interval brackets it, and the floor fraction is ours over the copy."""
+    import time as _time
+
+    import kernel_harness.perf_table as pt
+
+    def slow(*_a, **_k):
+        _time.sleep(0.002)
+        return torch.zeros(4)
+
+    def fast(*_a, **_k):
+        _time.sleep(0.0005)
+        return torch.zeros(4)
+
+    fake = types.SimpleNamespace(rms_norm=fast, dispatch_tier=lambda *_a: "fake")
+    monkeypatch.setattr(pt, "_functions", lambda case, kernel: ([torch.zeros(4)], slow, kernel.rms_norm, 32))
+    row = pt.measure(pt.Case("rms_norm", "fp32", 1, 4), fake, rounds=6, calls=3)
+    assert row.rounds == 6 and row.tier == "fake"
+    assert 2.0 < row.speedup < 5.0  # ~2 ms against ~0.5 ms, whatever the sleep overshoot
+    assert row.speedup_ci_low <= row.speedup <= row.speedup_ci_high
+    assert row.floor_fraction > 5.0  # a 0.5 ms sleep against copying four floats
+
+
+@pytest.mark.parametrize("flag", [("--rounds", "0"), ("--seconds-per-case", "-1")])
+def test_bench_catalogue_rejects_bad_counts_before_building(tmp_path, flag):
+    result = run_script("bench_catalogue", *flag, "--kernel-dir", tmp_path / "k", cwd=tmp_path)
+    assert result.returncode == 2
+    assert flag[0] in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "k").exists()  # nothing generated or built
