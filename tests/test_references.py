@@ -367,6 +367,16 @@ def _software_prefetch(entry, lib):
         assert np.array_equal(out, table[idx])
 
 
+def fp32_rms_norm_case(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Standard-normal fp32 x (rows x cols) and weight, and torch's rms_norm of them (eps 1e-6)."""
+    import torch
+
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    ref = torch.nn.functional.rms_norm(torch.from_numpy(x), (cols,), torch.from_numpy(w), 1e-6).numpy()
+    return x, w, ref
+
+
 def aligned_empty(n: int, align: int = 64, offset_floats: int = 0) -> np.ndarray:
     raw = np.empty(n + align, np.float32)
     start = (-raw.ctypes.data % align) // 4
@@ -400,12 +410,8 @@ def _first_touch(entry, lib):
 
 @check("single_pass")
 def _single_pass(entry, lib):
-    import torch
-
     rng = np.random.default_rng(11)
-    x = rng.standard_normal((64, 4096)).astype(np.float32)
-    w = rng.standard_normal(4096).astype(np.float32)
-    ref = torch.nn.functional.rms_norm(torch.from_numpy(x), (4096,), torch.from_numpy(w), 1e-6).numpy()
+    x, w, ref = fp32_rms_norm_case(rng, 64, 4096)
     y1, y2, inv = np.empty_like(x), np.empty_like(x), np.empty(64, np.float32)
     lib("rms_rowwise_c", x, w, y1, 64, 4096, 1e-6)
     lib("rms_two_sweeps_c", x, w, y2, inv, 64, 4096, 1e-6)
@@ -433,6 +439,21 @@ def _row_pipelining(entry, lib):
             assert np.array_equal(piped.view(np.uint32), plain.view(np.uint32)), f"{rows}x{cols}, {runs} runs"
 
 
+@check("output_prefetch")
+def _output_prefetch(entry, lib):
+    rng = np.random.default_rng(22)
+    for rows, cols in ((1, 32), (5, 96), (64, 4096)):
+        x, w, ref = fp32_rms_norm_case(rng, rows, cols)
+        outs = []
+        for ahead in (0, 64, 2048):
+            y = np.empty_like(x)
+            lib("rms_prefetch_out_c", x, w, y, rows, cols, 1e-6, ahead)
+            np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+            outs.append(y)
+        # a prefetch must not change a single bit of the result
+        assert all(np.array_equal(outs[0], o) for o in outs[1:])
+
+
 @check("cache_blocking")
 def _cache_blocking(entry, lib):
     rng = np.random.default_rng(12)
@@ -446,15 +467,11 @@ def _cache_blocking(entry, lib):
 
 @check("omp_row_parallel")
 def _omp_row_parallel(entry, lib):
-    import torch
-
     rng = np.random.default_rng(13)
     for rows, cols in ((37, 4096), (5, 1000), (64, 13)):
-        x = rng.standard_normal((rows, cols)).astype(np.float32)
-        w = rng.standard_normal(cols).astype(np.float32)
+        x, w, ref = fp32_rms_norm_case(rng, rows, cols)
         y = np.empty_like(x)
         lib("rms_parallel_c", x, w, y, rows, cols, 1e-6)
-        ref = torch.nn.functional.rms_norm(torch.from_numpy(x), (cols,), torch.from_numpy(w), 1e-6).numpy()
         np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
 
 
@@ -722,9 +739,7 @@ def _level_algorithm(entry, lib):
 def _level_vectorize(entry, lib):
     rng = np.random.default_rng(25)
     for rows, cols in ((8, 4096), (3, 1000), (2, 7)):
-        x = rng.standard_normal((rows, cols)).astype(np.float32)
-        w = rng.standard_normal(cols).astype(np.float32)
-        ref = torch.nn.functional.rms_norm(torch.from_numpy(x), (cols,), torch.from_numpy(w), 1e-6).numpy()
+        x, w, ref = fp32_rms_norm_case(rng, rows, cols)
         for fn in ("rms_scalar_c", "rms_avx512_c"):
             y = np.empty_like(x)
             lib(fn, x, w, y, rows, cols, 1e-6)
@@ -843,9 +858,7 @@ def _ulp_exp_avx2(entry, lib):
 def _out_api(entry, lib):
     rng = np.random.default_rng(31)
     rows, cols = 6, 64
-    x = rng.standard_normal((rows, cols)).astype(np.float32)
-    w = rng.standard_normal(cols).astype(np.float32)
-    ref = torch.nn.functional.rms_norm(torch.from_numpy(x), (cols,), torch.from_numpy(w), 1e-6).numpy()
+    x, w, ref = fp32_rms_norm_case(rng, rows, cols)
     msg = ctypes.create_string_buffer(1024)
     for mode in (0, 1):
         out = np.zeros((rows, cols), np.float32)

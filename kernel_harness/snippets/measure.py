@@ -114,7 +114,7 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 #: Benchmark keys, in the order they run (``--only`` accepts these).
 KEYS: tuple[str, ...] = (
     "dot_accumulators", "stream_prefetch", "gather_prefetch", "nt_stores", "first_touch", "single_pass",
-    "row_pipelining", "cache_blocking", "omp_rows", "omp_threshold", "bf16_dot", "bf16_fp16_accumulate", "ziv",
+    "row_pipelining", "output_prefetch", "cache_blocking", "omp_rows", "omp_threshold", "bf16_dot", "bf16_fp16_accumulate", "ziv",
     "gemm", "quant_gemv", "vectorize", "fusion",
 )
 
@@ -257,6 +257,30 @@ def run_all(only: set[str] | None = None) -> list[Measurement]:
                 del x, y
             results.append(Measurement("row_pipelining", "row-pipelining",
                                        "fp32 rms_norm plain vs pipelined (64 runs), 1 thread, interleaved medians", vals))
+        if want("output_prefetch"):
+            L = lib("output-prefetch")
+            vals = {}
+            torch.set_num_threads(2)
+            for rows, cols in ((1024, 4096), (4096, 4096)):
+                x = rng.standard_normal((rows, cols)).astype(np.float32)
+                w = rng.standard_normal(cols).astype(np.float32)
+                y = np.empty_like(x)
+                calls = max(1, (64 << 20) // x.nbytes)
+
+                def timed(ahead: int) -> Callable[[], None]:
+                    def run() -> None:
+                        for _ in range(calls):
+                            L("rms_prefetch_out_c", x, w, y, rows, cols, 1e-6, ahead)
+                    return run
+
+                med = interleaved_medians({"off": timed(0), "on": timed(2048)}, rounds=31)
+                vals[f"{rows}x{cols}_off_ms"] = med["off"] * 1e3 / calls
+                vals[f"{rows}x{cols}_on_ms"] = med["on"] * 1e3 / calls
+                vals[f"{rows}x{cols}_speedup"] = med["off"] / med["on"]
+                del x, y
+            torch.set_num_threads(1)
+            results.append(Measurement("output_prefetch", "output-prefetch",
+                                       "fp32 rms_norm, output prefetch off vs 2 KiB ahead, 2 threads, interleaved medians", vals))
         if want("cache_blocking"):
             L = lib("cache-blocking")
             a = rng.standard_normal((4096, 4096)).astype(np.float32)
