@@ -1,0 +1,176 @@
+"""Tier evidence: for every tier a package declares, did it run, where, was it correct.
+
+An entry (the benchmark JSON's ``tier_evidence`` list, and check_portability's)::
+
+    {"tier": "avx2", "section": "my_kernel_cpu_avx2", "executed": true,
+     "reason": null, "correct": true, "cpu": "Intel(R) Xeon(R) ...",
+     "source_hash": "<sha256 of the tier's unit>", "emulated": false}
+
+``executed`` false always carries a ``reason`` (this CPU lacks the tier, the
+run forced another tier, the kernel crashed before running it, ...).
+``source_hash`` is the unit hash of :mod:`.units` at the time of the run, so
+evidence stays valid exactly as long as the unit it proves is unchanged; it is
+null for an installed package whose sources are not at hand (the reason says
+so). ``cpu`` names the machine (the emulated model for QEMU runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..cpu import TIERS, cpu_flags, cpu_model, missing_flags, supported_tiers
+from .models import NO_AVX512_REASON
+from .units import TierUnit, units_for_spec
+
+#: The flags evidence lists for a CPU: the ones the tiers are compiled for.
+RELEVANT_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+                  "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+
+
+def host_cpu() -> str:
+    """This machine's CPU for evidence: model name and the tier-relevant flags."""
+    flags = sorted(f for f in RELEVANT_FLAGS if f in cpu_flags())
+    return f"{cpu_model()} [{' '.join(flags) or 'no AVX2/AVX512 flags'}]"
+
+
+def _entry(unit: TierUnit | None, tier: str, *, executed: bool, correct: bool | None,
+           reason: str | None, cpu: str, emulated: bool) -> dict[str, Any]:
+    return {"tier": tier, "section": unit.section if unit else None, "executed": executed,
+            "reason": None if executed else reason, "correct": correct if executed else None,
+            "cpu": cpu, "source_hash": unit.source_hash if unit else None, "emulated": emulated}
+
+
+# --------------------------------------------------------------------------- benchmark
+
+
+def _bench_ran(result: Any, payload: dict[str, Any], usable: list[str]) -> tuple[dict[str, set[str]], str]:
+    """Tier -> the labels its correctness calls carry in ``failures``, and how that was known."""
+    forced = getattr(result.options, "tier", None)
+    if forced in TIERS:
+        return {forced: {forced}}, f"--tier {forced} forced it"
+    tier_ran = (payload.get("conditions") or {}).get("tier_ran") or getattr(result, "tier_ran", None)
+    if forced == "all":
+        swept = (payload.get("tiers") or {}).get("swept") or usable
+        ran = {t: {t} for t in swept}
+        if tier_ran in ran:
+            ran[tier_ran].add("dispatch")  # the dispatcher's own calls ran on it too
+        return ran, "--tier all checked every tier this CPU can run"
+    if tier_ran in TIERS:
+        return {tier_ran: {"dispatch"}}, "the dispatcher chose it"
+    if usable:
+        # no record of the dispatcher's choice: it picks the widest available tier
+        # for every non-empty problem (generic_threshold defaults to 1 element)
+        return {usable[-1]: {"dispatch"}}, "the dispatcher's choice (the widest tier this CPU runs)"
+    return {}, "unknown"
+
+
+def bench_tier_evidence(result: Any, payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """``tier_evidence`` for one ``benchmark_cpu.py`` run (see module docstring).
+
+    ``result`` is the :class:`~kernel_harness.bench.runner.BenchResult`,
+    ``payload`` the JSON built from it so far (its ``failures``, ``tiers``,
+    ``crash`` and, when the benchmark records it, ``conditions.tier_ran``).
+    """
+    spec = result.options.kernel_spec
+    units, unknown = units_for_spec(spec)
+    cpu = host_cpu()
+    here = supported_tiers()
+    declared = [u.tier for u in units] if units is not None else list(here)
+    usable = [t for t in TIERS if t in declared and t in here]
+    ran, how = _bench_ran(result, payload, usable)
+    crash = payload.get("crash")
+    failures = payload.get("failures") or []
+    entries = []
+    targets: Iterable[tuple[TierUnit | None, str]] = (
+        [(u, u.tier) for u in units] if units is not None else [(None, t) for t in declared])
+    for unit, tier in targets:
+        if tier in ran and not crash:
+            bad = any(f.get("tier") in ran[tier] for f in failures)
+            entry = _entry(unit, tier, executed=True, correct=not bad, reason=None, cpu=cpu,
+                           emulated=False)
+            entry["how"] = how
+        else:
+            entry = _entry(unit, tier, executed=False, correct=None, cpu=cpu, emulated=False,
+                           reason=_not_run_reason(tier, here, result, crash))
+        if unit is None:
+            entry["source_hash_reason"] = unknown
+        entries.append(entry)
+    return entries
+
+
+def _not_run_reason(tier: str, here: list[str], result: Any, crash: Any) -> str:
+    if crash:
+        return "the kernel crashed or could not be loaded before this tier was checked"
+    if tier == "amx":
+        return "amx is not a dispatcher tier; the benchmark does not force it"
+    if tier not in here:
+        return f"this CPU lacks {tier} (missing flags: {', '.join(missing_flags(tier))})"
+    forced = getattr(result.options, "tier", None)
+    if forced in TIERS:
+        return f"--tier {forced} forced another tier; --tier all checks every tier this CPU runs"
+    if forced == "all":
+        return "the package's available_tiers() does not offer it here"
+    return "the dispatcher chose another tier; run with --tier all (or --tier " + tier + ")"
+
+
+def unrun_tiers_note(evidence: list[dict[str, Any]]) -> str | None:
+    """One sentence for ``--tier all``: the declared tiers it could not run, with the reason."""
+    missing = [e for e in evidence if not e["executed"]]
+    if not missing:
+        return None
+    parts = [f"{e['tier']} ({e['reason']})" for e in missing]
+    return ("declared tiers not executed in this run: " + "; ".join(parts)
+            + ". Their code is unverified here: run the benchmark on a CPU that has them, "
+            "or publish with --drop-unverified-tiers.")
+
+
+# --------------------------------------------------------------------------- emulation
+
+
+def emulated_tier_evidence(runs: list[Any], units: list[TierUnit] | None) -> list[dict[str, Any]]:
+    """Evidence from check_portability's emulated runs: one entry per (tier, model) it ran on,
+    one entry for each declared tier no model ran."""
+    tiers = [(u, u.tier) for u in units] if units is not None else [
+        (None, t) for t in TIERS if any(t in (r.available_tiers or []) for r in runs)]
+    entries: list[dict[str, Any]] = []
+    for unit, tier in tiers:
+        ran_somewhere = False
+        for run in runs:
+            entry = _emulated_entry(run, unit, tier)
+            if entry is not None:
+                entries.append(entry)
+                ran_somewhere = True
+        if not ran_somewhere:
+            entries.append(_entry(unit, tier, executed=False, correct=None, emulated=True,
+                                  cpu=", ".join(r.model.label for r in runs),
+                                  reason=_emulated_not_run_reason(tier, runs)))
+    return entries
+
+
+def _emulated_entry(run: Any, unit: TierUnit | None, tier: str) -> dict[str, Any] | None:
+    """The entry for ``tier`` on one emulated run, or None when that run did not execute it."""
+    if tier not in run.model.tiers:
+        return None
+    cpu = run.model.label
+    if run.crash or run.emulation_problem:
+        if run.crash and tier in (run.available_tiers or []):
+            return _entry(unit, tier, executed=True, correct=False, reason=None, cpu=cpu,
+                          emulated=True) | {"crash": run.crash}
+        return None
+    dispatched = {d["input_set"] for d in run.dispatch if d["tier"] == tier}
+    checks = [c for c in run.checks if c["tier"] == tier
+              or (c["tier"] == "dispatch" and c["input_set"] in dispatched)]
+    if not checks:
+        return None
+    return _entry(unit, tier, executed=True, correct=all(c.get("correct") for c in checks),
+                  reason=None, cpu=cpu, emulated=True)
+
+
+def _emulated_not_run_reason(tier: str, runs: list[Any]) -> str:
+    if tier in ("avx512", "amx"):
+        return NO_AVX512_REASON
+    crashed = [r for r in runs if r.crash or r.emulation_problem]
+    if crashed:
+        return "the emulated run failed before checking it: " + (crashed[0].crash or crashed[0].emulation_problem)
+    return "none of the emulated CPU models chosen (--cpu) runs this tier"

@@ -1,0 +1,218 @@
+"""Tier evidence, unit hashes and the emulated-CPU proof (issue 24).
+
+The QEMU tests run the catalogue rms_norm kernel under ``qemu-x86_64 -cpu
+Haswell`` (AVX2, no AVX512) and ``-cpu Nehalem`` (no AVX) through
+``scripts/check_portability.py``: ONE emulated run per CPU model for the whole
+module (the emulated ``import torch`` alone takes ~35 s), shared by a module
+fixture; both models run side by side. They skip with the reason when
+``qemu-x86_64`` is not installed (Debian's ``qemu-user``,
+``tools/install_system_packages.sh``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import run_script
+
+from kernel_harness.portability import bench_tier_evidence, declared_units, tier_of_flags, unrun_tiers_note
+from kernel_harness.portability.emulate import EmulatedRun, judge, qemu_binary, run_emulated
+from kernel_harness.portability.models import MODELS, NO_AVX512_REASON
+from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
+
+ROOT = Path(__file__).resolve().parent.parent
+RMS_BASELINE = ROOT / "examples" / "rms_norm" / "baseline.py"
+needs_qemu = pytest.mark.skipif(qemu_binary() is None, reason=(
+    "qemu-x86_64 is not installed (Debian package qemu-user; tools/install_system_packages.sh "
+    "installs it when run as root), so no CPU can be emulated"))
+AVX2_ONLY_FLAGS = "avx avx2 fma f16c sse4_2"
+
+
+@pytest.fixture(scope="module")
+def scaffolded(tmp_path_factory) -> Path:
+    """A generated (not built) rms_norm kernel: sources and build.toml only."""
+    directory = tmp_path_factory.mktemp("portability") / "tnorm"
+    write_project(plan_project(ScaffoldOptions(ops=("rms_norm",), name="tnorm", directory=directory)), force=False)
+    return directory
+
+
+# ----------------------------------------------------------------------------- units
+
+
+def test_tier_of_flags_reads_the_isa_from_the_m_flags():
+    assert tier_of_flags([]) == "generic"
+    assert tier_of_flags(["-fopenmp"]) == "generic"
+    assert tier_of_flags(["-mavx2", "-mfma", "-mf16c", "-fopenmp"]) == "avx2"
+    assert tier_of_flags(["-mavx512f", "-mavx512bf16"]) == "avx512"
+    assert tier_of_flags(["-mamx-tile", "-mavx512f"]) == "amx"
+
+
+def test_declared_units_hash_each_tier_and_shared_headers_invalidate_all(scaffolded: Path):
+    units = declared_units(scaffolded)
+    assert [u.tier for u in units] == ["generic", "avx2", "avx512"]
+    assert units[2].files == ("tnorm_cpu/tnorm_avx512.cpp",)
+    before = {u.tier: u.source_hash for u in units}
+    assert len(set(before.values())) == 3
+
+    unit = scaffolded / "tnorm_cpu" / "tnorm_avx512.cpp"
+    original = unit.read_text()
+    unit.write_text(original + "\n// a change to the AVX512 unit only\n")
+    after = {u.tier: u.source_hash for u in declared_units(scaffolded)}
+    unit.write_text(original)
+    assert after["avx512"] != before["avx512"]
+    assert after["avx2"] == before["avx2"] and after["generic"] == before["generic"]
+
+    header = scaffolded / "tnorm_cpu" / "tnorm_tiers.hpp"  # included by both SIMD units
+    original = header.read_text()
+    header.write_text(original + "\n// shared helper change\n")
+    after = {u.tier: u.source_hash for u in declared_units(scaffolded)}
+    header.write_text(original)
+    assert all(after[t] != before[t] for t in before)
+    assert {u.tier: u.source_hash for u in declared_units(scaffolded)} == before
+
+
+# ----------------------------------------------------------------------------- benchmark evidence
+
+
+def _bench(spec: str, tier: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(options=SimpleNamespace(kernel_spec=spec, tier=tier))
+
+
+def test_bench_evidence_on_an_avx2_only_cpu_names_the_unrun_avx512_tier(scaffolded, monkeypatch):
+    monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", AVX2_ONLY_FLAGS)
+    hashes = {u.tier: u.source_hash for u in declared_units(scaffolded)}
+    payload = {"failures": [], "crash": None, "conditions": {"tier_ran": "avx2"}}
+    evidence = {e["tier"]: e for e in bench_tier_evidence(_bench(str(scaffolded)), payload)}
+    assert set(evidence) == {"generic", "avx2", "avx512"}
+    assert evidence["avx2"]["executed"] and evidence["avx2"]["correct"] is True
+    assert evidence["avx2"]["source_hash"] == hashes["avx2"]
+    assert not evidence["avx512"]["executed"] and evidence["avx512"]["correct"] is None
+    assert "lacks avx512" in evidence["avx512"]["reason"] and "avx512f" in evidence["avx512"]["reason"]
+    assert "dispatcher chose another tier" in evidence["generic"]["reason"]
+    assert all(set(e) >= {"tier", "executed", "reason", "correct", "cpu", "source_hash"}
+               for e in evidence.values())
+    note = unrun_tiers_note(list(evidence.values()))
+    assert "avx512 (this CPU lacks avx512" in note and "--drop-unverified-tiers" in note
+
+
+def test_bench_evidence_for_tier_all_marks_a_failing_tier_incorrect(scaffolded, monkeypatch):
+    monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", AVX2_ONLY_FLAGS)
+    payload = {"failures": [{"check": "values", "tier": "avx2", "input_set": "x"}], "crash": None,
+               "tiers": {}}
+    evidence = {e["tier"]: e for e in bench_tier_evidence(_bench(str(scaffolded), "all"), payload)}
+    assert evidence["generic"]["executed"] and evidence["generic"]["correct"] is True
+    assert evidence["avx2"]["executed"] and evidence["avx2"]["correct"] is False
+    assert not evidence["avx512"]["executed"]
+
+
+def test_bench_evidence_after_a_crash_executes_nothing(scaffolded):
+    payload = {"failures": [], "crash": {"kind": "SIGSEGV"}}
+    evidence = bench_tier_evidence(_bench(str(scaffolded), "generic"), payload)
+    assert [e["executed"] for e in evidence] == [False, False, False]
+    assert all("crashed" in e["reason"] for e in evidence)
+
+
+def test_bench_evidence_for_an_installed_package_has_no_hash_and_says_why(monkeypatch):
+    monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", AVX2_ONLY_FLAGS)
+    evidence = bench_tier_evidence(_bench("some_installed_kernel", "avx2"), {"failures": []})
+    by_tier = {e["tier"]: e for e in evidence}
+    assert by_tier["avx2"]["executed"] and by_tier["avx2"]["source_hash"] is None
+    assert "installed package" in by_tier["avx2"]["source_hash_reason"]
+
+
+# ----------------------------------------------------------------------------- QEMU
+
+
+_AVX512_INSTRUCTION = textwrap.dedent("""
+    import ctypes, mmap
+    # vpxord zmm0, zmm0, zmm0 ; ret  -- an AVX512F instruction
+    code = bytes([0x62, 0xF1, 0x7D, 0x48, 0xEF, 0xC0, 0xC3])
+    buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    buf.write(code)
+    ctypes.CFUNCTYPE(None)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))()
+    print("executed")
+""")
+
+
+@needs_qemu
+def test_an_avx512_instruction_under_emulated_haswell_is_a_sigill_crash_naming_the_cpu(tmp_path):
+    model = MODELS["haswell"]
+    outcome = run_emulated(model, [sys.executable, "-c", _AVX512_INSTRUCTION], timeout=120, cwd=tmp_path)
+    assert outcome.signal == "SIGILL", (outcome.returncode, outcome.stderr)
+    assert not list(tmp_path.glob("*.core")), "QEMU must not leave core files behind"
+    run = EmulatedRun(model=model, expected_tiers=["generic", "avx2"], outcome=outcome,
+                      progress="[   1.0 s] calling my_kernel.rms_norm (tier dispatch) on set 0\n")
+    judge(run)
+    assert run.exit_code == 3
+    assert "illegal instruction (SIGILL)" in run.crash and "Haswell" in run.crash
+    assert "calling my_kernel.rms_norm (tier dispatch) on set 0" in run.crash
+
+
+@pytest.fixture(scope="module")
+def emulated(catalogue_kernel_dir: Path, tmp_path_factory):
+    """check_portability.py on the catalogue rms_norm, Haswell and Nehalem side by side (once)."""
+    if qemu_binary() is None:
+        pytest.skip("qemu-x86_64 is not installed (Debian package qemu-user)")
+    out = tmp_path_factory.mktemp("qemu") / "portability.json"
+    proc = run_script("check_portability", catalogue_kernel_dir, "--baseline", RMS_BASELINE,
+                  "--op", "harness_catalogue.rms_norm", "--cpu", "all", "--seed", "7",
+                  "--json", out, cwd=tmp_path_factory.mktemp("cwd"), timeout=1800)
+    data = json.loads(out.read_text()) if out.is_file() else None
+    return SimpleNamespace(proc=proc, data=data, runs={r["cpu"]: r for r in (data or {}).get("runs", [])},
+                           kernel_dir=catalogue_kernel_dir)
+
+
+@pytest.mark.slow
+@needs_qemu
+def test_emulated_haswell_dispatches_avx2_and_is_correct(emulated):
+    assert emulated.proc.returncode == 0, emulated.proc.stdout + emulated.proc.stderr
+    run = emulated.runs["haswell"]
+    assert run["torch_capability"] == "AVX2"
+    assert run["available_tiers"] == ["generic", "avx2"] == run["expected_tiers"]
+    headline = run["dispatch"][0]
+    assert headline["input_set"].startswith("get_inputs()") and headline["tier"] == "avx2"
+    forced = {c["tier"] for c in run["checks"]}
+    assert forced == {"dispatch", "generic", "avx2"}
+    assert run["checks"] and all(c["correct"] for c in run["checks"])
+    # every correctness input set of the baseline ran on every tier
+    assert len(run["checks"]) == 3 * len(run["dispatch"]) and len(run["dispatch"]) > 10
+
+
+@pytest.mark.slow
+@needs_qemu
+def test_emulated_nehalem_runs_the_generic_tier_only(emulated):
+    run = emulated.runs["nehalem"]
+    assert run["ok"], run
+    assert run["torch_capability"] == "DEFAULT"
+    assert run["available_tiers"] == ["generic"]
+    assert {d["tier"] for d in run["dispatch"]} == {"generic"}
+    assert all(c["correct"] for c in run["checks"])
+
+
+@pytest.mark.slow
+@needs_qemu
+def test_emulated_runs_are_tier_evidence_with_the_unit_hashes(emulated):
+    hashes = {u.tier: u.source_hash for u in declared_units(emulated.kernel_dir)}
+    evidence = emulated.data["tier_evidence"]
+    ran = {(e["tier"], e["cpu"]) for e in evidence if e["executed"]}
+    assert ran == {("generic", "QEMU Haswell (emulated)"), ("avx2", "QEMU Haswell (emulated)"),
+                   ("generic", "QEMU Nehalem (emulated)")}
+    for e in evidence:
+        assert e["emulated"] is True and e["source_hash"] == hashes[e["tier"]]
+        if e["executed"]:
+            assert e["correct"] is True and e["reason"] is None
+    (avx512,) = [e for e in evidence if e["tier"] == "avx512"]
+    assert not avx512["executed"] and avx512["reason"] == NO_AVX512_REASON
+    assert "tier evidence (emulated)" in emulated.proc.stdout
+
+
+def test_check_portability_refuses_a_wrong_op_package_before_emulating(scaffolded, script, tmp_path):
+    proc = script("check_portability", scaffolded, "--baseline", RMS_BASELINE, "--op", "other.rms_norm",
+                  cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "names package 'other'" in proc.stderr and "--op tnorm.rms_norm" in proc.stderr
