@@ -216,3 +216,45 @@ def test_check_portability_refuses_a_wrong_op_package_before_emulating(scaffolde
                   cwd=tmp_path)
     assert proc.returncode == 2
     assert "names package 'other'" in proc.stderr and "--op tnorm.rms_norm" in proc.stderr
+
+
+_SMALL_RMS_BASELINE = '''
+import torch
+EPS = 1e-6
+def get_inputs():
+    return [torch.randn(16, 256), 1.0 + 0.1 * torch.randn(256), EPS]
+def get_correctness_inputs():
+    return [[torch.randn(3, 7).to(torch.bfloat16), torch.randn(7).to(torch.bfloat16), EPS]]
+def get_reference_output(x, weight, eps):
+    xd = x.double()
+    return (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * weight.double()).to(x.dtype)
+'''
+
+
+@pytest.mark.slow
+def test_benchmark_tier_all_on_an_avx2_host_records_evidence_and_names_the_unrun_avx512_tier(
+        catalogue_kernel_dir, tmp_path):
+    from kernel_harness.cpu import has_isa
+
+    if not has_isa("avx2"):
+        pytest.skip("this CPU has no AVX2, so it cannot stand in for an AVX2-only host")
+    baseline = tmp_path / "baseline.py"
+    baseline.write_text(_SMALL_RMS_BASELINE)
+    out = tmp_path / "bench.json"
+    # an AVX2-only host: the harness's flags and the kernel's own CPUID view agree
+    env = {"KERNEL_HARNESS_CPU_FLAGS": AVX2_ONLY_FLAGS, "KERNEL_CPU_MASK": "avx512"}
+    proc = run_script("benchmark_cpu", baseline, "--kernel-package", catalogue_kernel_dir, "--op",
+                      "harness_catalogue.rms_norm", "--tier", "all", "--rounds", "3", "--calls", "3",
+                      "--json", out, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    hashes = {u.tier: u.source_hash for u in declared_units(catalogue_kernel_dir)}
+    evidence = {e["tier"]: e for e in report["tier_evidence"]}
+    assert set(evidence) == {"generic", "avx2", "avx512"}
+    for tier in ("generic", "avx2"):
+        assert evidence[tier]["executed"] and evidence[tier]["correct"] is True
+        assert evidence[tier]["source_hash"] == hashes[tier] and evidence[tier]["emulated"] is False
+    assert not evidence["avx512"]["executed"] and evidence["avx512"]["source_hash"] == hashes["avx512"]
+    assert "this CPU lacks avx512" in evidence["avx512"]["reason"]
+    # the human report says which declared tier it could not run, and why
+    assert "declared tiers not executed in this run: avx512 (this CPU lacks avx512" in " ".join(proc.stdout.split())

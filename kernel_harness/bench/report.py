@@ -20,6 +20,7 @@ from rich.table import Table
 
 from .. import __version__
 from ..cpu import cpu_model
+from ..portability import record_tier_evidence
 from .runner import DRIFT_NOTE, BenchResult, baseline_drift, spot_speedup
 from .runner import _last_level_cache_bytes as llc_bytes
 
@@ -116,6 +117,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         "machine": machine(),
         "crash": crash,
     }
+    record_tier_evidence(result, payload)  # "tier_evidence" (issue 24, kernel_harness/portability)
     return payload
 
 

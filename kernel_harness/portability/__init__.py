@@ -8,8 +8,9 @@
 * :mod:`.check` - ``scripts/check_portability.py``'s logic.
 """
 
-from .evidence import bench_tier_evidence, emulated_tier_evidence, host_cpu, unrun_tiers_note
+from .evidence import (bench_tier_evidence, emulated_tier_evidence, host_cpu, record_tier_evidence,
+                       unrun_tiers_note)
 from .units import TierUnit, declared_units, tier_of_flags, units_for_spec
 
 __all__ = ["TierUnit", "bench_tier_evidence", "declared_units", "emulated_tier_evidence",
-           "host_cpu", "tier_of_flags", "units_for_spec", "unrun_tiers_note"]
+           "host_cpu", "record_tier_evidence", "tier_of_flags", "units_for_spec", "unrun_tiers_note"]

@@ -125,6 +125,16 @@ def unrun_tiers_note(evidence: list[dict[str, Any]]) -> str | None:
             "or publish with --drop-unverified-tiers.")
 
 
+def record_tier_evidence(result: Any, payload: dict[str, Any]) -> None:
+    """The benchmark report's hook: ``payload["tier_evidence"]``, and with ``--tier all``
+    a note naming the declared tiers it could not run and why."""
+    evidence = bench_tier_evidence(result, payload)
+    payload["tier_evidence"] = evidence
+    note = unrun_tiers_note(evidence) if getattr(result.options, "tier", None) == "all" else None
+    if note:
+        payload["notes"] = [*(payload.get("notes") or []), note]
+
+
 # --------------------------------------------------------------------------- emulation
 
 

@@ -21,7 +21,7 @@ SPEEDUP_CONSISTENCY = 0.02
 CARRIED_BENCHMARK_KEYS = (
     "iqr", "threads", "pinned", "acceptance_rule", "speedup_ci", "speedup_verdict", "baseline_cached", "baseline_drift",
     "speedup_spot",
-    "tolerances", "widened", "failures", "tiers", "crash", "machine", "versions",
+    "tolerances", "widened", "failures", "tiers", "crash", "machine", "versions", "tier_evidence",
 )
 
 
