@@ -20,9 +20,15 @@ def test_apply_defines_rewrites_only_named_knobs(tmp_path):
         apply_defines(source, {"MISSING": "1"})
 
 
+@pytest.mark.parametrize("tier", ["avx512", "avx2"])
 @pytest.mark.parametrize("op", EXAMPLE_OPS)
-def test_recipe_knobs_exist_in_the_generated_avx512_unit(op, tmp_path):
-    recipe = load_recipe(PROJECT_ROOT / "examples" / op / "recipe.yaml")
+def test_recipe_knobs_exist_in_the_generated_unit_of_each_tier(op, tier, tmp_path):
+    recipe = load_recipe(PROJECT_ROOT / "examples" / op / "recipe.yaml", tier=tier)
+    assert recipe.source_path(tmp_path).name == f"{recipe.package}_{tier}.cpp"
+    assert recipe.initial_strategy.startswith(tier.upper())
+    assert not any("{" in t.strategy for t in recipe.trials)
+    if tier == "avx2":
+        assert not any("VDPBF16PS" in t.strategy for t in recipe.trials)
     assert len(recipe.trials) >= 4
     assert len({tuple(sorted(t.defines.items())) for t in recipe.trials}) == len(recipe.trials)
     kernel = tmp_path / "kernel"
@@ -31,3 +37,14 @@ def test_recipe_knobs_exist_in_the_generated_avx512_unit(op, tmp_path):
     apply_defines(source, recipe.initial_defines)
     for trial in recipe.trials:
         apply_defines(source, trial.defines)
+
+
+def test_the_demo_edits_the_unit_of_the_widest_tier_this_machine_runs(monkeypatch):
+    monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", "avx avx2 fma f16c avx512f avx512bw avx512vl avx512dq")
+    recipe = load_recipe(PROJECT_ROOT / "examples" / "rms_norm" / "recipe.yaml")
+    assert recipe.tier == "avx2"  # AVX512F without AVX512-BF16 (Ice Lake): the avx512 tier never runs
+    monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", "avx2 fma f16c avx512f avx512bw avx512vl avx512dq avx512_bf16")
+    assert load_recipe(PROJECT_ROOT / "examples" / "rms_norm" / "recipe.yaml").tier == "avx512"
+    monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", "sse4_2")
+    with pytest.raises(UsageError, match="only the generic tier"):
+        load_recipe(PROJECT_ROOT / "examples" / "rms_norm" / "recipe.yaml")

@@ -246,6 +246,8 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     console.print(f"  vectors: {v['isa']} {v['vector_bits']}-bit, lanes fp32 {v['lanes']['fp32']} / bf16 "
                   f"{v['lanes']['bf16']} / fp16 {v['lanes']['fp16']}, accumulate in {v['accumulate_dtype']}",
                   soft_wrap=True)
+    if v.get("tier_note"):
+        console.print(f"  [yellow]tier[/yellow]: {v['tier_note']}", soft_wrap=True)
     console.print(f"  load/store: {v['load_store']}", soft_wrap=True)
     console.print(f"  tail: {v['tail']}", soft_wrap=True)
     t = s["threading"]

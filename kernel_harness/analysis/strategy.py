@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from ..machine import MachineProfile
+from ..portability.host import narrower_tier_note, widest_tier
 from .roofline import AMX_MIN_M
 
 KNOWN_REFERENCE_IDS: frozenset[str] = frozenset(
@@ -53,11 +54,16 @@ def check_reference_ids(ids: list[str]) -> list[str]:
 
 
 def _vector(machine: MachineProfile, dtype: str) -> dict[str, Any]:
-    avx512 = machine.has_flag("avx512f")
+    # the widest tier the dispatcher runs here, not the widest flag: advice for a
+    # unit that never executes on this machine is noise (issue 24)
+    tier = widest_tier(machine.has_flag)
+    avx512 = tier == "avx512"
     bits = 512 if avx512 else 256
     lanes_fp32 = bits // 32
     data: dict[str, Any] = {
         "isa": "avx512" if avx512 else "avx2",
+        "tier": tier,
+        "tier_note": narrower_tier_note(machine.has_flag),
         "vector_bits": bits,
         "lanes": {"fp32": lanes_fp32, "bf16": bits // 16, "fp16": bits // 16},
         "compute_lanes_fp32": lanes_fp32,

@@ -226,6 +226,8 @@ def run_demo(op: str, workspace: Path, console: Console) -> int:
                       baseline=EXAMPLES_DIR / op / "baseline.py", pin=_pin_prefix(console))
     console.print(Rule(f"[bold]make demo: {op} ({recipe.dtype}, {recipe.shapes}) in {workspace}"))
     console.print(f"pinned runs use: {shlex.join(ctx.pin) or '(unpinned)'}")
+    console.print(f"the trials edit the {recipe.tier} unit ({recipe.source_path(Path(recipe.package))}): the widest "
+                  "tier this machine runs, so every knob changes code that executes here")
     _correctness_phase(ctx)
     _performance_phase(ctx)
     final = _finalize(ctx)

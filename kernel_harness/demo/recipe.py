@@ -1,9 +1,14 @@
 """A demo recipe: the sequence of one-change trials shipped with an example.
 
 Each trial names its parent (a trial id, or ``best`` for the best so far) and
-the compile-time knobs it changes in the AVX512 unit.  Knobs are ``#define``
-lines of the generated source, so every trial is a real, different kernel and
-the change is exactly one thing.
+the compile-time knobs it changes in the unit of the tier this machine runs
+(``{tier}`` in ``source``: the AVX512 unit on a CPU with the avx512 tier, the
+AVX2 unit on an AVX2-only host; the generated units share the knob names).
+Editing a unit the machine never executes would record noise as results.
+Knobs are ``#define`` lines of the generated source, so every trial is a real,
+different kernel and the change is exactly one thing. A strategy is one text
+(``{TIER}`` becomes ``AVX512``/``AVX2``) or a mapping tier -> text when the
+change means different instructions per tier.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import yaml
 
 from ..errors import UsageError
+from ..portability.host import widest_tier
 
 
 @dataclass(frozen=True)
@@ -32,14 +38,15 @@ class Recipe:
     function: str
     dtype: str
     shapes: str
-    source: str  # the AVX512 unit, relative to the kernel directory, with {name} for the package
+    source: str  # the tier's unit, relative to the kernel directory, with {name} and {tier}
     initial_strategy: str
     initial_defines: dict[str, str]
     trials: tuple[RecipeTrial, ...] = field(default_factory=tuple)
     large_baseline: str | None = None
+    tier: str = "avx512"  # the tier whose unit the trials edit
 
     def source_path(self, kernel_dir: Path) -> Path:
-        return kernel_dir / self.source.format(name=self.package)
+        return kernel_dir / self.source.format(name=self.package, tier=self.tier)
 
 
 def _defines(path: Path, where: str, value: Any) -> dict[str, str]:
@@ -48,7 +55,21 @@ def _defines(path: Path, where: str, value: Any) -> dict[str, str]:
     return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
 
 
-def load_recipe(path: Path) -> Recipe:
+def _strategy(path: Path, where: str, value: Any, tier: str) -> str:
+    if isinstance(value, dict):
+        if tier not in value:
+            raise UsageError(f"{path}: {where} has no text for the {tier} tier (it has {', '.join(value)}).")
+        value = value[tier]
+    return str(value).replace("{TIER}", tier.upper())
+
+
+def load_recipe(path: Path, tier: str | None = None) -> Recipe:
+    """The recipe for the unit of ``tier`` (default: the widest tier this machine runs)."""
+    tier = tier or widest_tier()
+    if tier not in ("avx2", "avx512"):
+        raise UsageError("The demo's trials change knobs of a SIMD unit, but this machine runs only the "
+                         "generic tier (the avx2 tier needs AVX2, FMA and F16C). Run make demo on an x86-64 "
+                         "CPU with AVX2.")
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
@@ -59,7 +80,7 @@ def load_recipe(path: Path) -> Recipe:
     initial = data["initial"]
     trials = tuple(
         RecipeTrial(
-            strategy=str(item["strategy"]),
+            strategy=_strategy(path, f"trials[{index}].strategy", item["strategy"], tier),
             parent=str(item.get("parent", "best")),
             defines=_defines(path, f"trials[{index}].defines", item.get("defines")),
         )
@@ -68,10 +89,11 @@ def load_recipe(path: Path) -> Recipe:
     return Recipe(
         op=data["op"], package=data["package"], function=data["function"], dtype=data["dtype"],
         shapes=data["shapes"], source=data["source"],
-        initial_strategy=str(initial["strategy"]),
+        initial_strategy=_strategy(path, "initial.strategy", initial["strategy"], tier),
         initial_defines=_defines(path, "initial.defines", initial.get("defines")),
         trials=trials,
         large_baseline=data.get("large_baseline"),
+        tier=tier,
     )
 
 

@@ -30,6 +30,7 @@ from ..config import Config
 from ..errors import ExitCode, KernelCrashed, UsageError
 from ..machine import MachineProfile
 from ..paths import EXAMPLES_DIR, PROJECT_ROOT
+from ..portability.host import TIER_BITS, widest_tier
 from .perfstat import EVENTS, PerfCounters, interpret, perf_status, run_perf_stat_attached
 
 SCHEMA_VERSION = 1
@@ -246,7 +247,10 @@ def roofline_suggestions(rp: dict[str, Any], machine: MachineProfile, *, loaded:
             f"{100 * fraction:.0f}% of the roofline floor",
             ["level-fusion", "level-memory-traffic", "non-temporal-stores"])
     elif rp["bound"] == "memory":
-        add("make the hot loop stream at full width: 512-bit loads, 2-4 accumulators, one pass over each row, "
+        tier = widest_tier(machine.has_flag)
+        width = f"{TIER_BITS[tier]}-bit loads in the {tier} unit (the tier this machine runs)" \
+            if tier != "generic" else "the widest vectors the CPU has"
+        add(f"make the hot loop stream at full width: {width}, 2-4 accumulators, one pass over each row, "
             "masked tail instead of a scalar loop",
             f"memory-bound op at {100 * fraction:.0f}% of the roofline ({rp['achieved_gbs']:.1f} of "
             f"{rp['limits']['bandwidth_gbs']:.1f} GB/s)",

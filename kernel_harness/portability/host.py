@@ -1,0 +1,46 @@
+"""The widest dispatcher tier a machine runs: what advice and the demo aim at.
+
+The generated ``avx512`` tier is compiled with ``-mavx512bf16`` and the
+dispatcher requires AVX512 F/BW/VL/DQ *and* BF16 (``cpu_features.hpp``), so a
+CPU with AVX512F but no AVX512-BF16 (Ice Lake, Skylake-X, Zen 4 has it) runs
+the ``avx2`` tier: advice about 512-bit registers or knobs of the AVX512 unit
+would be about code that never executes there. Flags are spelled as
+``/proc/cpuinfo`` spells them (``avx512_bf16``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..cpu import REQUIRED_FLAGS, cpu_flags, has_isa
+
+#: Vector width of each tier's unit (generic: the ATen fallback, no SIMD of ours).
+TIER_BITS = {"avx512": 512, "avx2": 256, "generic": 0}
+
+
+def widest_tier(has_flag: Callable[[str], bool] | None = None) -> str:
+    """``avx512``, ``avx2`` or ``generic``: the tier the dispatcher runs here for non-empty inputs.
+
+    ``has_flag`` answers for another machine description (e.g. the cached
+    :class:`~kernel_harness.machine.MachineProfile`); by default this CPU
+    (``kernel_harness.cpu``, which honours ``KERNEL_HARNESS_CPU_FLAGS``).
+    """
+    for tier in ("avx512", "avx2"):
+        if has_flag is None:
+            if has_isa(tier):
+                return tier
+        elif all(has_flag(flag) for flag in REQUIRED_FLAGS[tier]):
+            return tier
+    return "generic"
+
+
+def narrower_tier_note(has_flag: Callable[[str], bool] | None = None) -> str | None:
+    """Why the widest tier is narrower than the CPU's widest vectors, when it is."""
+    tier = widest_tier(has_flag)
+    check = has_flag or (lambda flag: flag in cpu_flags())
+    if tier != "avx512" and check("avx512f"):
+        missing = sorted(f for f in REQUIRED_FLAGS["avx512"] if not check(f))
+        return (f"this CPU has AVX512F but lacks {', '.join(missing)}, which the generated avx512 tier "
+                f"needs: the dispatcher runs the {tier} tier here, so work in the {tier} unit (the avx512 "
+                "unit never executes on this machine)")
+    return None
