@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--description", default=None, help="one paragraph for the card (default: the package docstring)")
     parser.add_argument("--private", action="store_true", help="create the repository as private")
     parser.add_argument("--no-build", action="store_true", help="fail instead of building when build/ is missing or not made from these sources")
+    parser.add_argument("--tier-evidence", type=Path, action="append", default=[], metavar="FILE",
+                        help="a benchmark_cpu.py or check_portability.py --json made elsewhere: evidence for tiers this machine cannot run (checked against each unit's source hash; repeatable)")
+    parser.add_argument("--drop-unverified-tiers", action="store_true",
+                        help="publish without the tiers nobody ran as they are now (and this machine cannot run): the dispatcher falls back to the best verified tier")
     check = parser.add_argument_group("correctness check", "passed on to scripts/benchmark_cpu.py; use what the trial used")
     check.add_argument("--atol", type=float, default=None, help="widen the absolute tolerance (see benchmark_cpu.py)")
     check.add_argument("--rtol", type=float, default=None, help="widen the relative tolerance (see benchmark_cpu.py)")
@@ -87,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         private=args.private,
         allow_build=not args.no_build,
         check_args=_check_args(args),
+        tier_evidence=args.tier_evidence,
+        drop_unverified_tiers=args.drop_unverified_tiers,
     )
     report: dict[str, Any] = {"dry_run": args.dry_run, "uploaded": False, "error": None, "exit_code": 0}
     try:
@@ -118,7 +124,7 @@ def _json_view(report: dict[str, Any]) -> dict[str, Any]:
     keys = (
         "repo_id", "version", "branch", "function", "source_dir", "stage_dir", "baseline", "files",
         "card_path", "verification", "dry_run", "uploaded", "upload", "url", "manual_commands",
-        "notes", "error", "exit_code",
+        "notes", "error", "exit_code", "tiers", "dropped_tiers",
     )  # fmt: skip
     return {key: report.get(key) for key in keys}
 

@@ -258,3 +258,33 @@ def test_benchmark_tier_all_on_an_avx2_host_records_evidence_and_names_the_unrun
     assert "this CPU lacks avx512" in evidence["avx512"]["reason"]
     # the human report says which declared tier it could not run, and why
     assert "declared tiers not executed in this run: avx512 (this CPU lacks avx512" in " ".join(proc.stdout.split())
+
+
+# ----------------------------------------------------------------------------- advice for this host
+
+
+def test_advice_targets_the_widest_tier_the_machine_runs_not_its_widest_flag():
+    from test_machine import fake_profile
+
+    from kernel_harness.analysis.strategy import simd_strategy
+    from kernel_harness.portability.host import widest_tier
+    from kernel_harness.profiling.profile import roofline_suggestions
+
+    full = fake_profile()
+    # Ice Lake: AVX512F/BW/VL/DQ but no AVX512-BF16 -> the generated avx512 tier never runs
+    ice_lake = fake_profile(flags=tuple(f for f in full.flags if f != "avx512_bf16"))
+    zen3 = fake_profile(flags=("avx2", "fma", "f16c"))
+    assert widest_tier(full.has_flag) == "avx512"
+    assert widest_tier(ice_lake.has_flag) == "avx2" and widest_tier(zen3.has_flag) == "avx2"
+    vec = simd_strategy("reduction", "norm", "bf16", ice_lake, row_bytes=8192, name="rms_norm")["vector"]
+    assert vec["vector_bits"] == 256 and vec["tier"] == "avx2" and "_mm512" not in vec["tail"]
+    assert "lacks avx512_bf16" in vec["tier_note"] and "work in the avx2 unit" in vec["tier_note"]
+    assert simd_strategy("reduction", "norm", "bf16", full, name="rms_norm")["vector"]["tier_note"] is None
+    rp = {"output": {}, "roofline_fraction": 0.3, "thread_scaling": 1.9, "threads": 2, "bound": "memory",
+          "achieved_gbs": 3.0, "limits": {"bandwidth_gbs": 10.0}, "dtype": "bf16", "time_us": 100.0,
+          "time_1t_us": 190.0}
+    for profile, expected in ((zen3, "256-bit loads in the avx2 unit"), (ice_lake, "256-bit loads in the avx2 unit"),
+                              (full, "512-bit loads in the avx512 unit")):
+        steps = " ".join(s["next_step"] for s in roofline_suggestions(rp, profile, loaded=True))
+        assert expected in steps
+        assert ("512-bit" in steps) == (profile is full)

@@ -465,9 +465,16 @@ def test_rejected_token_is_exit_2(dry_run: dict) -> None:
 @pytest.mark.skipif(not BENCHMARK_CPU_EXISTS, reason="scripts/benchmark_cpu.py is not in this checkout yet")
 def test_cli_stages_a_built_kernel_dir_and_publishes_through_hf_endpoint(tmp_path: Path) -> None:
     kernel = make_tiny_kernel(tmp_path / "k")
+    # the tier guard (issue 24) uploads only tiers with evidence: the stand-in's avx512 unit never runs anywhere
+    from kernel_harness.portability import declared_units
+
+    evidence = tmp_path / "evidence.json"
+    evidence.write_text(json.dumps({"tier_evidence": [
+        {"tier": u.tier, "executed": True, "correct": True, "cpu": "another machine", "emulated": False,
+         "source_hash": u.source_hash} for u in declared_units(kernel)]}))
     with FakeHub() as hub:
         proc = run_publish(
-            kernel, "--repo-id", "me/tiny-kernel", "--baseline", DATA / "tiny_baseline.py",
+            kernel, "--repo-id", "me/tiny-kernel", "--baseline", DATA / "tiny_baseline.py", "--tier-evidence", evidence,
             "--op", "tiny_kernel.rms_norm", "--stage", tmp_path / "st", "--json", tmp_path / "r.json", cwd=tmp_path,
             env={"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": GOOD_TOKEN},
         )  # fmt: skip

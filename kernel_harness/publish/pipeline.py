@@ -18,6 +18,7 @@ from .card import CardFacts, machine_text, measurements_from, render_card
 from .layout import kernel_functions
 from .plan import Log, Plan, PublishOptions, plan_publish
 from .staging import list_stage_files, prepare_stage_dir, stage_kernel, write_stage_file
+from .tier_guard import apply_drop_unverified_tiers, enforce_tier_evidence, with_all_tiers
 from .upload import upload_stage
 from .verify import Verification, check_correctness, check_kernels_benchmark, check_loads, describe_baseline
 
@@ -68,7 +69,8 @@ def verify_stage(plan: Plan, report: dict[str, Any], log: Log) -> Verification:
             + (f" (tiers available on the publishing machine: {', '.join(tiers)})." if tiers else ".")
         )
         log(f"Check 2/3: scripts/benchmark_cpu.py correctness of {op_path} on the stage")
-        check_correctness(plan.stage, plan.baseline, op_path, verification, plan.check_args)
+        check_args = with_all_tiers(plan.check_args, verification.load)  # issue 24: every tier runnable here
+        check_correctness(plan.stage, plan.baseline, op_path, verification, check_args)
         if verification.benchmark and verification.benchmark.get("delegation"):
             report["notes"].append(
                 "scripts/benchmark_cpu.py reports that the kernel call runs the baseline's own ATen ops "
@@ -114,12 +116,14 @@ def write_card(plan: Plan, options: PublishOptions, baseline_info: dict[str, Any
 
 def publish(options: PublishOptions, report: dict[str, Any], log: Log = print) -> dict[str, Any]:
     """Run the pipeline; ``report`` is updated in place (and returned) for ``--json``."""
+    options = apply_drop_unverified_tiers(options, report, log)  # issue 24: tier_guard.py
     plan = plan_publish(options, report, log)
     # Two publishers sharing a stage would verify one's files and upload the other's.
     with exclusive_lock(plan.stage.parent / f".{plan.stage.name}.lock"):
         baseline_info = stage_repository(plan, options, report, log)
         verification = verify_stage(plan, report, log)
         write_card(plan, options, baseline_info, verification, report)
+        enforce_tier_evidence(plan, options, verification, report)  # issue 24: tier_guard.py
         if options.dry_run:
             report["uploaded"] = False
             return report

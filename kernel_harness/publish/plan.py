@@ -49,6 +49,8 @@ class PublishOptions:
     check_args: list[str] = field(default_factory=list)  # passed on to scripts/benchmark_cpu.py
     endpoint: str | None = None  # tests point huggingface_hub at a loopback server
     token: str | None = None
+    tier_evidence: list[Path] = field(default_factory=list)  # issue 24, tier_guard.py
+    drop_unverified_tiers: bool = False  # issue 24, tier_guard.py
 
 
 Log = Callable[[str], None]

@@ -1,0 +1,171 @@
+"""publish.py's tier guard (issue 24): no tier is uploaded that nobody ran as it is now.
+
+Fast tests use a generated (not built) kernel and synthetic evidence; two slow
+tests publish copies of the catalogue kernel: the RoPE-like scenario (the
+AVX512 unit changed after its last execution) is refused with the message
+naming the tier, its unit and both ways out, and --drop-unverified-tiers
+publishes a rebuilt copy whose dispatcher falls back to a verified tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_script
+
+from kernel_harness.cpu import has_isa
+from kernel_harness.portability import declared_units
+from kernel_harness.publish.tier_guard import (NEVER, VERIFIED_ELSEWHERE, VERIFIED_EMULATED, VERIFIED_HERE, FAILED,
+                                               drop_tiers, evidence_in, refusal_message, tier_statuses,
+                                               tier_table_markdown, with_all_tiers)
+from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
+
+ROOT = Path(__file__).resolve().parent.parent
+RMS_BASELINE = ROOT / "examples" / "rms_norm" / "baseline.py"
+
+
+@pytest.fixture
+def kernel(tmp_path) -> Path:
+    directory = tmp_path / "tnorm"
+    write_project(plan_project(ScaffoldOptions(ops=("rms_norm",), name="tnorm", directory=directory)), force=False)
+    return directory
+
+
+def _ev(unit, *, cpu="CPU A", executed=True, correct=True, emulated=False, source_hash=None):
+    return {"tier": unit.tier, "executed": executed, "correct": correct, "cpu": cpu, "emulated": emulated,
+            "source_hash": source_hash or unit.source_hash, "reason": None}
+
+
+def test_statuses_follow_the_evidence_for_the_current_unit_only(kernel):
+    generic, avx2, avx512 = declared_units(kernel)
+    evidence = [_ev(generic, cpu="HERE"), _ev(avx2, cpu="QEMU Haswell (emulated)", emulated=True),
+                _ev(avx512, cpu="CPU B", source_hash="0" * 64)]
+    by_tier = {s.unit.tier: s for s in tier_statuses(kernel, evidence, here="HERE")}
+    assert by_tier["generic"].status == VERIFIED_HERE and by_tier["generic"].verified
+    assert by_tier["avx2"].status == VERIFIED_EMULATED and by_tier["avx2"].verified
+    assert by_tier["avx512"].status == NEVER and not by_tier["avx512"].verified
+    assert "older unit" in by_tier["avx512"].note
+    evidence.append(_ev(avx512, cpu="CPU B"))
+    assert tier_statuses(kernel, evidence, here="HERE")[2].status == VERIFIED_ELSEWHERE
+    failing = [_ev(avx512, cpu="CPU B", correct=False)]
+    assert tier_statuses(kernel, failing, here="HERE")[2].status == FAILED
+
+
+def test_editing_a_unit_after_its_evidence_makes_it_unverified_and_the_refusal_says_why(kernel):
+    units = declared_units(kernel)
+    evidence = [_ev(u) for u in units]
+    assert all(s.verified for s in tier_statuses(kernel, evidence))
+    unit = kernel / "tnorm_cpu" / "tnorm_avx512.cpp"
+    unit.write_text(unit.read_text() + "\n// the agent's untested loop\n")
+    statuses = tier_statuses(kernel, evidence)
+    unverified = [s for s in statuses if not s.verified]
+    assert [s.unit.tier for s in unverified] == ["avx512"]
+    message = refusal_message(unverified, kernel)
+    assert "tier avx512 (build.toml section kernel.tnorm_cpu_avx512: tnorm_cpu/tnorm_avx512.cpp)" in message
+    assert NEVER in message and "--tier-evidence FILE" in message and "--drop-unverified-tiers" in message
+    table = tier_table_markdown(statuses)
+    assert "| avx512 | `tnorm_cpu_avx512` |" in table and NEVER in table
+
+
+def test_evidence_is_found_in_benchmark_json_and_in_summary_trials(kernel):
+    unit = declared_units(kernel)[1]
+    bench = {"correct": True, "tier_evidence": [_ev(unit)]}
+    summary = {"trials": [{"result": {"details": bench}, "superseded_results": [{"details": bench}]}]}
+    assert len(evidence_in(bench)) == 1 and len(evidence_in(summary)) == 2
+    assert with_all_tiers(["--rounds", "3"]) == ["--rounds", "3", "--tier", "all"]
+    assert with_all_tiers(["--tier", "avx2"]) == ["--tier", "avx2"]
+    assert with_all_tiers([], {"available_tiers": ["generic", "avx2"]}) == ["--tier", "all"]
+    assert with_all_tiers([], {"available_tiers": None}) == []  # --tier all needs available_tiers()
+
+
+def test_dropping_a_tier_removes_its_section_and_switch_and_keeps_the_other_hashes(kernel, tmp_path):
+    units = declared_units(kernel)
+    dest = drop_tiers(kernel, [units[2]], tmp_path / "dropped")
+    text = (dest / "build.toml").read_text()
+    assert "[kernel.tnorm_cpu_avx512]" not in text and "-mavx512f" not in text
+    assert "[kernel.tnorm_cpu_avx2]" in text and "# AVX2 tier" in text
+    assert "#define KERNEL_HAVE_AVX512 0" in (dest / "tnorm_cpu" / "tnorm_tiers.hpp").read_text()
+    kept = declared_units(dest)
+    assert [u.tier for u in kept] == ["generic", "avx2"]
+    assert [u.source_hash for u in kept] == [u.source_hash for u in units[:2]]
+
+
+# ----------------------------------------------------------------------------- publish.py
+
+
+def _catalogue_copy(catalogue_kernel_dir: Path, dest: Path) -> Path:
+    shutil.copytree(catalogue_kernel_dir, dest, ignore=shutil.ignore_patterns("dist", "__pycache__"))
+    return dest
+
+
+@pytest.mark.slow
+def test_publish_refuses_a_kernel_whose_avx512_unit_changed_after_its_last_execution(catalogue_kernel_dir, tmp_path):
+    if has_isa("avx512"):
+        pytest.skip("this CPU runs the avx512 tier, so publish.py's own --tier all check verifies it")
+    kernel = _catalogue_copy(catalogue_kernel_dir, tmp_path / "harness_catalogue")
+    # the RoPE scenario: a benchmark on an AVX512 machine ran the avx512 unit, which changed since
+    units = {u.tier: u for u in declared_units(kernel)}
+    stale = {"correct": True, "tier_evidence": [
+        {"tier": "avx512", "executed": True, "correct": True, "cpu": "Xeon with AVX512-BF16",
+         "emulated": False, "reason": None, "source_hash": "f" * 64, "section": units["avx512"].section}]}
+    carried = tmp_path / "bench-elsewhere.json"
+    carried.write_text(json.dumps(stale))
+    proc = run_script("publish", kernel, "--repo-id", "me/harness-catalogue", "--no-build", "--baseline",
+                      RMS_BASELINE, "--op", "harness_catalogue.rms_norm", "--rounds", "3", "--tier-evidence",
+                      carried, "--json", tmp_path / "r.json", cwd=tmp_path, timeout=1200,
+                      env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_unused", "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    message = " ".join(proc.stderr.split())
+    assert "refuses to upload" in message
+    assert ("tier avx512 (build.toml section kernel.harness_catalogue_cpu_avx512: "
+            "harness_catalogue_cpu/harness_catalogue_avx512.cpp) never executed") in message
+    assert "older unit" in message and "--tier-evidence FILE" in message and "--drop-unverified-tiers" in message
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["uploaded"] is False
+    tiers = {t["tier"]: t for t in report["tiers"]}
+    assert tiers["avx512"]["verified"] is False
+    # publish's own check ran every tier this machine has
+    for tier in ("generic", "avx2"):
+        if has_isa(tier):
+            assert tiers[tier]["status"] == VERIFIED_HERE
+
+
+@pytest.mark.slow
+def test_drop_unverified_tiers_publishes_a_build_that_dispatches_to_a_verified_tier(catalogue_kernel_dir, tmp_path):
+    if has_isa("avx512"):
+        pytest.skip("this CPU runs the avx512 tier: publish.py verifies it here, so there is nothing to drop")
+    kernel = _catalogue_copy(catalogue_kernel_dir, tmp_path / "harness_catalogue")
+    proc = run_script("publish", kernel, "--repo-id", "me/harness-catalogue", "--dry-run", "--baseline",
+                      RMS_BASELINE, "--op", "harness_catalogue.rms_norm", "--rounds", "3",
+                      "--drop-unverified-tiers", "--json", tmp_path / "r.json", cwd=tmp_path, timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [t["tier"] for t in report["dropped_tiers"]] == ["avx512"]
+    assert [t["tier"] for t in report["tiers"]] == ["generic", "avx2"]
+    assert all(t["verified"] for t in report["tiers"]), report["tiers"]
+    assert "avx512" not in report["verification"]["load"]["available_tiers"]
+    stage = Path(report["stage_dir"])
+    assert "## Tiers and the evidence behind them" in (stage / "README.md").read_text()
+    # the staged package, loaded through kernels: no avx512 tier; the dispatcher falls back
+    code = (
+        "import os, sys, torch, kernels\n"
+        "from pathlib import Path\n"
+        "m = kernels.get_local_kernel(Path(sys.argv[1]))\n"
+        "x = torch.randn(8, 4096); w = torch.randn(4096)\n"
+        "print(m.available_tiers(), m.dispatch_tier('rms_norm', x, w))\n"
+        "os.environ['KERNEL_CPU_ISA'] = 'avx512'\n"
+        "try:\n    m.rms_norm(x, w, 1e-6)\nexcept Exception as e:\n    print('refused:', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
+    out = subprocess.run([sys.executable, "-c", code, str(stage)], capture_output=True, text=True, env=env,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    best = "avx2" if has_isa("avx2") else "generic"
+    assert f"'{best}'] {best}" in out.stdout.splitlines()[0] and "avx512" not in out.stdout.splitlines()[0]
+    assert "generated without the avx512 tier" in out.stdout
