@@ -169,3 +169,18 @@ def test_drop_unverified_tiers_publishes_a_build_that_dispatches_to_a_verified_t
     best = "avx2" if has_isa("avx2") else "generic"
     assert f"'{best}'] {best}" in out.stdout.splitlines()[0] and "avx512" not in out.stdout.splitlines()[0]
     assert "generated without the avx512 tier" in out.stdout
+
+
+def test_finalize_tier_table_aggregates_every_trials_evidence(kernel):
+    from kernel_harness.portability.status import finalize_tier_table
+
+    generic, avx2, avx512 = declared_units(kernel)
+    trial = {"result": {"details": {"tier_evidence": [_ev(avx2, cpu="AMD EPYC"), _ev(generic, cpu="AMD EPYC")]}}}
+    old = {"result": {"details": {"tier_evidence": [_ev(avx512, cpu="Xeon", source_hash="1" * 64)]}}}
+    rows, markdown = finalize_tier_table(kernel, {"trials": [old, trial]})
+    by_tier = {r["tier"]: r for r in rows}
+    assert by_tier["avx2"]["verified"] and by_tier["avx2"]["machines"] == ["AMD EPYC"]
+    assert by_tier["avx512"]["status"] == NEVER and "older unit" in by_tier["avx512"]["note"]
+    assert "| avx512 | `tnorm_cpu_avx512` |" in markdown
+    rows, markdown = finalize_tier_table(kernel / "missing", {"trials": []})
+    assert rows == [] and "No tier table" in markdown

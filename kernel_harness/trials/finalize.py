@@ -10,6 +10,7 @@ from typing import Any
 
 from ..atomic import atomic_write_json, atomic_write_text
 from ..errors import CheckFailed, UsageError
+from ..portability.status import finalize_tier_table
 from .insights import TreeInsights
 from .model import TreeState
 from .render import save_tree_png
@@ -101,7 +102,8 @@ def finalize_tree(store: TrialStore, state: TreeState, insights: TreeInsights, o
         shutil.copy2(source_dir / relative, target)
     shutil.copyfile(store.directory / state.baseline.copy, output_dir / "baseline.py")
     payload = summary_payload(state, insights, output_dir)
+    payload["tiers"], tier_md = finalize_tier_table(output_dir, payload)  # issue 24 (portability/status.py)
     atomic_write_json(output_dir / SUMMARY_JSON, json.loads(json.dumps(payload)))
-    atomic_write_text(output_dir / SUMMARY_MD, summary_markdown(state, insights))
+    atomic_write_text(output_dir / SUMMARY_MD, summary_markdown(state, insights) + "\n" + tier_md)
     save_tree_png(state, insights, output_dir / TREE_PNG)
     return payload

@@ -1,0 +1,133 @@
+"""What the evidence says about each declared tier's current unit (issue 24).
+
+Shared by ``publish.py``'s guard (:mod:`kernel_harness.publish.tier_guard`) and
+``trial_manager.py finalize``'s tier table. A tier is *verified* when some
+evidence entry executed that tier on a unit with the current source hash
+(:mod:`.units`) and was correct: here (this CPU, natively), on another machine,
+or under emulation (:mod:`.emulate`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from .evidence import host_cpu
+from .units import TierUnit, declared_units
+
+VERIFIED_HERE = "verified here"
+VERIFIED_ELSEWHERE = "verified on another machine"
+VERIFIED_EMULATED = "verified (emulated)"
+FAILED = "failed its correctness check"
+NEVER = "never executed since its unit last changed"
+_VERIFIED = (VERIFIED_HERE, VERIFIED_ELSEWHERE, VERIFIED_EMULATED)
+
+
+@dataclass
+class TierStatus:
+    """One declared tier and what the evidence says about its current unit."""
+
+    unit: TierUnit
+    status: str
+    machines: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def verified(self) -> bool:
+        return self.status in _VERIFIED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tier": self.unit.tier, "section": self.unit.section, "files": list(self.unit.files),
+                "source_hash": self.unit.source_hash, "status": self.status, "verified": self.verified,
+                "machines": self.machines, "note": self.note}
+
+
+# --------------------------------------------------------------------------- evidence
+
+
+def evidence_in(data: Any) -> list[dict[str, Any]]:
+    """Every tier evidence entry in a benchmark JSON, a check_portability JSON or a summary.json."""
+    found: list[dict[str, Any]] = []
+    if not isinstance(data, dict):
+        return found
+    entries = data.get("tier_evidence")
+    if isinstance(entries, list):
+        found += [e for e in entries if isinstance(e, dict)]
+    for trial in data.get("trials") or []:
+        if not isinstance(trial, dict):
+            continue
+        for result in [trial.get("result"), *(trial.get("superseded_results") or [])]:
+            if isinstance(result, dict):
+                found += evidence_in(result.get("details"))
+    return found
+
+
+def evidence_from_files(paths: list[Path]) -> list[dict[str, Any]]:
+    """``--tier-evidence FILE``: each must be a readable JSON report holding tier evidence."""
+    found: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise UsageError(f"--tier-evidence {path} could not be read as JSON: {exc}. Pass the file "
+                             "benchmark_cpu.py --json or check_portability.py --json wrote.") from exc
+        entries = evidence_in(data)
+        if not entries:
+            raise UsageError(f"--tier-evidence {path} holds no tier_evidence. Pass a JSON written by "
+                             "benchmark_cpu.py --json or check_portability.py --json of this harness.")
+        found += entries
+    return found
+
+
+def tier_statuses(kernel_dir: Path, evidence: list[dict[str, Any]], *, here: str | None = None) -> list[TierStatus]:
+    """What the evidence says about each declared tier's *current* unit."""
+    here = here or host_cpu()
+    statuses = []
+    for unit in declared_units(kernel_dir):
+        mine = [e for e in evidence if e.get("tier") == unit.tier and e.get("executed")]
+        current = [e for e in mine if e.get("source_hash") == unit.source_hash]
+        passed = [e for e in current if e.get("correct") is True]
+        machines = sorted({str(e.get("cpu")) for e in passed})
+        if any(e.get("cpu") == here and not e.get("emulated") for e in passed):
+            status = VERIFIED_HERE
+        elif any(not e.get("emulated") for e in passed):
+            status = VERIFIED_ELSEWHERE
+        elif passed:
+            status = VERIFIED_EMULATED
+        elif current:
+            status = FAILED
+            machines = sorted({str(e.get("cpu")) for e in current})
+        else:
+            status = NEVER
+        note = ""
+        if status == NEVER and mine:
+            note = (f"it ran {len(mine)} time(s), but on an older unit (hash "
+                    f"{str(mine[-1].get('source_hash'))[:12]}, now {unit.source_hash[:12]})")
+        statuses.append(TierStatus(unit=unit, status=status, machines=machines, note=note))
+    return statuses
+
+
+def tier_table_markdown(statuses: list[TierStatus]) -> str:
+    lines = ["## Tiers and the evidence behind them", "",
+             "Each tier's unit (its build.toml section's sources and the shared headers) is identified by "
+             "a sha256 content hash; a tier counts as verified only when a run executed that exact unit and "
+             "passed the correctness check.", "",
+             "| Tier | build.toml section | Unit hash | Evidence | Machines |", "| --- | --- | --- | --- | --- |"]
+    for s in statuses:
+        machines = "; ".join(m.replace("|", "/") for m in s.machines) or "-"
+        status = s.status + (f" ({s.note})" if s.note else "")
+        lines.append(f"| {s.unit.tier} | `{s.unit.section}` | `{s.unit.source_hash[:12]}` | {status} | {machines} |")
+    return "\n".join(lines) + "\n"
+
+
+def finalize_tier_table(output_dir: Path, summary: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """``trial_manager.py finalize``'s tier table: each declared tier of the finalized sources
+    against every trial's evidence (``summary.json`` key ``tiers`` and a summary.md section)."""
+    try:
+        statuses = tier_statuses(Path(output_dir), evidence_in(summary))
+    except UsageError as exc:  # no or broken build.toml: say so instead of failing the finalize
+        return [], f"## Tiers\n\nNo tier table: {exc.message}\n"
+    return [s.to_dict() for s in statuses], tier_table_markdown(statuses)
