@@ -184,3 +184,30 @@ def test_finalize_tier_table_aggregates_every_trials_evidence(kernel):
     assert "| avx512 | `tnorm_cpu_avx512` |" in markdown
     rows, markdown = finalize_tier_table(kernel / "missing", {"trials": []})
     assert rows == [] and "No tier table" in markdown
+
+
+def test_trial_result_warns_when_the_change_touched_only_a_tier_that_did_not_run(kernel, tmp_path):
+    from kernel_harness.trials import commands
+
+    root = tmp_path / "trials"
+    baseline = tmp_path / "baseline.py"
+    baseline.write_text(RMS_BASELINE.read_text())
+    commands.init("rms", baseline, force=False, trials_root=root)
+    commands.save("rms", kernel, strategy="t0", parent=None, trials_root=root)
+    unit = kernel / "tnorm_cpu" / "tnorm_avx512.cpp"
+    unit.write_text(unit.read_text() + "\n// a knob of the AVX512 unit\n")
+    commands.save("rms", kernel, strategy="t1: avx512 knob", parent="t0", trials_root=root)
+    hashes = {u.tier: u for u in declared_units(kernel)}
+    report = tmp_path / "bench.json"
+    report.write_text(json.dumps({"correct": True, "speedup": 2.0, "baseline_us": 200.0, "kernel_us": 100.0,
+                                  "tier_evidence": [_ev(hashes["avx2"]), _ev(hashes["avx512"], executed=False)]}))
+    payload = commands.result("rms", "t1", correctness=None, speedup=None, baseline_us=None, kernel_us=None,
+                              from_json=report, force=False, trials_root=root)
+    (warning,) = [w for w in payload["warnings"] if "did not change" in w]
+    assert "changed only avx512 (tnorm_cpu/tnorm_avx512.cpp)" in warning and "executed avx2" in warning
+    # the same change measured where avx512 ran: no warning
+    report.write_text(json.dumps({"correct": True, "speedup": 2.0, "baseline_us": 200.0, "kernel_us": 100.0,
+                                  "tier_evidence": [_ev(hashes["avx512"])]}))
+    payload = commands.result("rms", "t1", correctness=None, speedup=None, baseline_us=None, kernel_us=None,
+                              from_json=report, force=True, trials_root=root)
+    assert not [w for w in payload["warnings"] if "did not change" in w]

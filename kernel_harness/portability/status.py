@@ -131,3 +131,25 @@ def finalize_tier_table(output_dir: Path, summary: dict[str, Any]) -> tuple[list
     except UsageError as exc:  # no or broken build.toml: say so instead of failing the finalize
         return [], f"## Tiers\n\nNo tier table: {exc.message}\n"
     return [s.to_dict() for s in statuses], tier_table_markdown(statuses)
+
+
+def unrun_change_warning(trial_dir: Path, parent_dir: Path | None,
+                         evidence: list[dict[str, Any]] | None) -> str | None:
+    """The trial loop's warning: a trial whose changed units all belong to tiers its benchmark
+    did not execute measured code it did not change, so its result is noise (None otherwise,
+    and when the units or the evidence are unknown)."""
+    if parent_dir is None or not evidence:
+        return None
+    try:
+        now = declared_units(trial_dir)
+        before = {u.section: u.source_hash for u in declared_units(parent_dir)}
+    except UsageError:
+        return None
+    changed = [u for u in now if before.get(u.section) != u.source_hash]
+    ran = sorted({str(e.get("tier")) for e in evidence if e.get("executed")})
+    if not changed or any(u.tier in ran for u in changed):
+        return None
+    units = ", ".join(f"{u.tier} ({', '.join(u.files)})" for u in changed)
+    return (f"this trial changed only {units}, but its benchmark executed {', '.join(ran) or 'no tier'}: "
+            "the timing measured code the trial did not change, so the result is noise. Change the unit "
+            "of the tier this machine runs, or benchmark on a machine that has the changed tier.")

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..config import load_config
 from ..errors import CheckFailed, HarnessError
+from ..portability.status import unrun_change_warning
 from .finalize import finalize_tree
 from .insights import analyse_tree, best_trial, cached_baseline_us
 from .model import TreeState
@@ -80,6 +81,10 @@ def result(
             kernel_us=kernel_us, source="cli",
         )
     trial = store.record_result(trial_id, record, force=force)
+    parent_dir = store.trial_sources_dir(trial.parent) if trial.parent else None  # issue 24:
+    unrun = unrun_change_warning(store.trial_sources_dir(trial.id), parent_dir,  # a change to a tier that
+                                 record.details.get("tier_evidence"))  # did not run records noise
+    warnings = [*warnings, unrun] if unrun else warnings
     return {"name": name, "trial_id": trial.id, "result": asdict(record), "warnings": warnings}
 
 
