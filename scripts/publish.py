@@ -95,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.update(error=error.message, exit_code=int(error.exit_code))
         write_json_report(args.json, _json_view(report))
         raise
+    console.print(f"[green]✓[/green] {report['integrity']['line']}", soft_wrap=True)
     for line in report["verification"]["lines"]:
         mark = "[yellow]![/yellow]" if "SKIPPED" in line else "[green]✓[/green]"
         console.print(f"{mark} {line}", soft_wrap=True)
@@ -118,7 +119,7 @@ def _json_view(report: dict[str, Any]) -> dict[str, Any]:
     keys = (
         "repo_id", "version", "branch", "function", "source_dir", "stage_dir", "baseline", "files",
         "card_path", "verification", "dry_run", "uploaded", "upload", "url", "manual_commands",
-        "notes", "error", "exit_code",
+        "notes", "error", "exit_code", "integrity",
     )  # fmt: skip
     return {key: report.get(key) for key in keys}
 

@@ -25,6 +25,7 @@ import pytest
 import torch
 import yaml
 
+from kernel_harness.build.variant_digest import write_digest
 from kernel_harness.errors import ExitCode, HarnessError, UsageError
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.publish import PublishOptions, publish
@@ -72,6 +73,7 @@ def make_tiny_kernel(dest: Path, *, broken_import: bool = False, stale: bool = F
         (variant / "metadata.json").write_text(json.dumps(meta))
     if broken_import:
         (variant / "__init__.py").write_text("raise ImportError('undefined symbol: _ZN3fooE')\n")
+    write_digest(variant)  # what scripts/build_kernel.py records as its last step
     # copytree keeps the data files' times; make the build newer than the sources
     # so the publisher does not try to rebuild the stand-in.
     newest = max(p.stat().st_mtime for p in dest.rglob("*") if p.is_file()) + 10
