@@ -85,8 +85,8 @@ def refuse_unless_intact(integrity: Integrity, stage: Path, source_root: Path) -
     problems = [p for check in integrity.variants for p in _problems(check, stage)]
     if problems:
         raise CheckFailed(
-            "The staged build does not match the digest its builder recorded, so `kernels` would refuse it "
-            f"and nothing is uploaded: {'; '.join(problems)}. A file was changed, added or removed after "
+            "The staged build does not match the digest its builder recorded (the check `kernels.verify` "
+            f"runs on a downloaded variant), so nothing is uploaded: {'; '.join(problems)}. A file was changed, added or removed after "
             f"the build. Rebuild in {source_root} with scripts/build_kernel.py (the configured build_command), "
             "then rerun publish.py."
         )
