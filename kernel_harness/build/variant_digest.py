@@ -43,7 +43,7 @@ def algorithm_name(algorithm: kernels_data.DigestAlgorithm = ALGORITHM) -> str:
 class Violation:
     """One way the variant's files differ from its digest, in kernels-data's words."""
 
-    kind: str  # missing-file | unknown-file | hash-mismatch | algorithm-mismatch
+    kind: str  # missing-file | unknown-file | hash-mismatch | algorithm-mismatch | unreadable
     path: str | None  # relative to the variant directory; None for an algorithm mismatch
     message: str  # str(violation) from kernels-data
 
@@ -116,7 +116,11 @@ def check_variant(variant: Path) -> VariantCheck:
     check.has_digest = True
     check.algorithm = algorithm_name(expected.algorithm)
     check.files = len(expected.files)
-    actual = kernels_data.Digest.hash_variant(expected.algorithm, variant)
+    try:
+        actual = kernels_data.Digest.hash_variant(expected.algorithm, variant)
+    except (OSError, RuntimeError) as exc:  # an unreadable file: nothing can be compared
+        check.violations = [Violation(kind="unreadable", path=None, message=f"cannot hash the variant: {exc}")]
+        return check
     try:
         expected.validate(actual)
     except kernels_data.DigestValidationError as exc:

@@ -45,7 +45,7 @@ def check_built_variants(report: Report, root: Path) -> None:
                 f"{rel}/metadata.json",
                 None,
                 f"{rel}/metadata.json has no digest: it was built before scripts/build_kernel.py recorded one, "
-                "so `kernels` cannot check its files and `kernels verify-signature --filter-no-digest` skips it. "
+                "so neither `kernels.verify` nor publish.py can check its files against it. "
                 f"{REBUILD}",
             )
             continue
