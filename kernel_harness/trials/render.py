@@ -11,8 +11,15 @@ from pathlib import Path
 from rich.markup import escape
 from rich.tree import Tree
 
+from .conditions import conditions_of
 from .insights import TreeInsights
 from .model import TreeState, Trial
+
+
+def interval_label(trial: Trial) -> str:
+    """' [6.80-10.40x]' when the result has a speedup interval, else ''."""
+    ci = conditions_of(trial.result).speedup_ci if trial.result else None
+    return f" [{ci[0]:.2f}-{ci[1]:.2f}x]" if ci else ""
 
 
 def describe_result(trial: Trial) -> str:
@@ -23,8 +30,28 @@ def describe_result(trial: Trial) -> str:
         return "[red]incorrect[/red]"
     timing = ""
     if result.speedup is not None:
-        timing = f" {result.speedup_label()} ({result.baseline_us:.1f} us -> {result.kernel_us:.1f} us)"
-    return f"[green]correct[/green]{timing}"
+        timing = (f" {result.speedup_label()}{interval_label(trial)} "
+                  f"({result.baseline_us:.1f} us -> {result.kernel_us:.1f} us)")
+    unreliable = " [bold red]UNRELIABLE (accepted)[/bold red]" if result.accepted_unreliable else ""
+    return f"[green]correct[/green]{timing}{unreliable}"
+
+
+def decision_lines(trial: Trial, insights: TreeInsights) -> list[str]:
+    """What status says under a trial: its conditions, its verdict against the parent, and
+    whether it was measured under other conditions than the parent."""
+    lines = []
+    label = conditions_of(trial.result).label() if trial.result else ""
+    if label:
+        lines.append(f"[dim]measured: {escape(label)}[/dim]")
+    comparison = insights.vs_parent.get(trial.id)
+    if comparison is not None:
+        colour = {"faster": "green", "slower": "red"}.get(comparison.verdict, "yellow")
+        lines.append(f"[{colour}]vs parent {comparison.earlier}: {comparison.verdict}[/{colour}] "
+                     f"[dim]({escape(comparison.basis)})[/dim]")
+    changed = insights.condition_changes.get(trial.id)
+    if changed:
+        lines.append(f"[bold yellow]other conditions than its parent: {escape('; '.join(changed))}[/bold yellow]")
+    return lines
 
 
 def rich_tree(state: TreeState, insights: TreeInsights) -> Tree:
@@ -33,7 +60,8 @@ def rich_tree(state: TreeState, insights: TreeInsights) -> Tree:
     best_id = insights.best.id if insights.best else None
     for trial in state.trials:
         marker = " [bold yellow]<- best[/bold yellow]" if trial.id == best_id else ""
-        label = f"[bold]{trial.id}[/bold] {describe_result(trial)}{marker}\n[dim]{escape(trial.strategy)}[/dim]"
+        label = "\n".join([f"[bold]{trial.id}[/bold] {describe_result(trial)}{marker}",
+                           f"[dim]{escape(trial.strategy)}[/dim]", *decision_lines(trial, insights)])
         nodes[trial.id] = nodes[trial.parent].add(label)
     return root
 
@@ -70,15 +98,23 @@ def save_tree_png(state: TreeState, insights: TreeInsights, path: Path) -> Path:
             colour, text = "#f4a6a6", f"{trial.id}: incorrect"
         else:
             colour = "#ffd54f" if trial.id == best_id else "#a5d6a7"
-            text = f"{trial.id}: {result.speedup_label()}" if result.speedup else f"{trial.id}: correct"
+            text = (f"{trial.id}: {result.speedup_label()}{interval_label(trial)}" if result.speedup
+                    else f"{trial.id}: correct")
         strategy = trial.strategy if len(trial.strategy) <= 38 else trial.strategy[:35] + "..."
+        extra = ""
+        if trial.id in insights.condition_changes:
+            extra += "\n(!) other conditions than parent"
+        if result is not None and result.accepted_unreliable:
+            extra += "\n(!) unreliable run"
+        edge = "#d35400" if extra else "#555555"
         ax.annotate(
-            f"{text}\n{strategy}",
+            f"{text}\n{strategy}{extra}",
             (x, y),
             ha="left",
             va="center",
             fontsize=8,
-            bbox={"boxstyle": "round,pad=0.3", "facecolor": colour, "edgecolor": "#555555"},
+            bbox={"boxstyle": "round,pad=0.3", "facecolor": colour, "edgecolor": edge,
+                  "linestyle": "--" if extra else "-"},
             zorder=2,
         )
     ax.set_xlim(-0.3, width / 2.6)
