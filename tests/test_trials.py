@@ -520,6 +520,17 @@ def test_rope_run_replayed_keeps_t0_until_an_interval_separates(workspace, monke
     status = status_json(workspace)
     assert status["best_trial"] == "t3" and status["early_stop"] is True
     assert status["decisions"]["t3"]["vs_parent"]["verdict"] == "no measurable difference"  # vs t2
+    proc = tm(workspace, "best", "rms", "--json", "best.json")
+    assert json.loads((workspace / "best.json").read_text())["speedup_ci"] == [30.0, 52.0]
+    # the picture marks t1 (pinned, its parent was not) and still draws
+    from kernel_harness.trials.render import png_node
+
+    _, state, insights = commands.status("rms")
+    assert png_node(state.trial("t1"), insights)[2] is True and png_node(state.trial("t2"), insights)[2] is False
+    assert "other conditions than parent: pinned (parent unpinned)" in png_node(state.trial("t1"), insights)[1]
+    assert "[6.80-10.40x]" in png_node(state.trial("t1"), insights)[1]
+    assert tm(workspace, "finalize", "rms", "output").returncode == 0
+    assert (workspace / "output" / "trial_tree.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_early_stop_needs_the_interval_above_the_threshold(workspace, monkeypatch):

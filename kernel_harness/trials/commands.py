@@ -134,6 +134,7 @@ def best(name: str, *, trials_root: Path | None = None) -> dict[str, Any]:
         raise CheckFailed(f"Trial tree {name!r} has no correct trial with a recorded speedup yet.")
     return {"name": name, "best_trial": trial.id, "speedup": trial.result.speedup,
             "speedup_side_by_side": trial.result.side_by_side_speedup,
+            "speedup_ci": list(conditions_of(trial.result).speedup_ci or ()) or None,
             "baseline_us": trial.result.baseline_us, "kernel_us": trial.result.kernel_us, "warnings": warnings}
 
 

@@ -66,6 +66,28 @@ def rich_tree(state: TreeState, insights: TreeInsights) -> Tree:
     return root
 
 
+def png_node(trial: Trial, insights: TreeInsights) -> tuple[str, str, bool]:
+    """A trial's box in the PNG: fill colour, text, and whether it is flagged (measured
+    under other conditions than its parent, or an accepted unreliable run)."""
+    result = trial.result
+    best_id = insights.best.id if insights.best else None
+    if result is None:
+        colour, text = "#dddddd", f"{trial.id}: no result"
+    elif not result.correct:
+        colour, text = "#f4a6a6", f"{trial.id}: incorrect"
+    else:
+        colour = "#ffd54f" if trial.id == best_id else "#a5d6a7"
+        text = (f"{trial.id}: {result.speedup_label()}{interval_label(trial)}" if result.speedup
+                else f"{trial.id}: correct")
+    strategy = trial.strategy if len(trial.strategy) <= 38 else trial.strategy[:35] + "..."
+    flags = []
+    if trial.id in insights.condition_changes:
+        flags.append("(!) other conditions than parent: " + "; ".join(insights.condition_changes[trial.id])[:60])
+    if result is not None and result.accepted_unreliable:
+        flags.append("(!) unreliable run (accepted)")
+    return colour, "\n".join([text, strategy, *flags]), bool(flags)
+
+
 def _layout(state: TreeState) -> dict[str, tuple[float, float]]:
     depth: dict[str, int] = {}
     for trial in state.trials:
@@ -82,43 +104,28 @@ def save_tree_png(state: TreeState, insights: TreeInsights, path: Path) -> Path:
 
     positions = _layout(state)
     width = 3 + 2.6 * (max((x for x, _ in positions.values()), default=0) + 1)
-    height = 1.5 + 0.7 * max(len(state.trials), 1)
+    height = 1.5 + 0.9 * max(len(state.trials), 1)  # room for a flag line under a box
     fig, ax = plt.subplots(figsize=(width, height))
-    best_id = insights.best.id if insights.best else None
     for trial in state.trials:
         if trial.parent is not None:
             (x0, y0), (x1, y1) = positions[trial.parent], positions[trial.id]
             ax.plot([x0, x0, x1], [y0, y1, y1], color="#999999", linewidth=1, zorder=1)
     for trial in state.trials:
         x, y = positions[trial.id]
-        result = trial.result
-        if result is None:
-            colour, text = "#dddddd", f"{trial.id}: no result"
-        elif not result.correct:
-            colour, text = "#f4a6a6", f"{trial.id}: incorrect"
-        else:
-            colour = "#ffd54f" if trial.id == best_id else "#a5d6a7"
-            text = (f"{trial.id}: {result.speedup_label()}{interval_label(trial)}" if result.speedup
-                    else f"{trial.id}: correct")
-        strategy = trial.strategy if len(trial.strategy) <= 38 else trial.strategy[:35] + "..."
-        extra = ""
-        if trial.id in insights.condition_changes:
-            extra += "\n(!) other conditions than parent"
-        if result is not None and result.accepted_unreliable:
-            extra += "\n(!) unreliable run"
-        edge = "#d35400" if extra else "#555555"
+        colour, text, flagged = png_node(trial, insights)
+        edge = "#d35400" if flagged else "#555555"
         ax.annotate(
-            f"{text}\n{strategy}{extra}",
+            text,
             (x, y),
             ha="left",
             va="center",
             fontsize=8,
             bbox={"boxstyle": "round,pad=0.3", "facecolor": colour, "edgecolor": edge,
-                  "linestyle": "--" if extra else "-"},
+                  "linestyle": "--" if flagged else "-"},
             zorder=2,
         )
     ax.set_xlim(-0.3, width / 2.6)
-    ax.set_ylim(-len(state.trials) - 0.2, 0.8)
+    ax.set_ylim(-len(state.trials) - 0.4, 0.8)
     ax.axis("off")
     title = f"Trial tree {state.name}"
     if insights.best is not None:
