@@ -118,8 +118,8 @@ def analyse_tree(state: TreeState, *, max_trials: int | None, early_stop_speedup
     if (latest_challenge is not None and state.trials and latest_challenge.later == state.trials[-1].id
             and latest_challenge.verdict != decisions.FASTER and best is not None):
         advice.append(
-            f"{latest_challenge.later} against the best {best.id}: {latest_challenge.verdict} "
-            f"({latest_challenge.detail}); {best.id} stays best."
+            f"{latest_challenge.later} against the best {best.id}: {latest_challenge.verdict}, so {best.id} "
+            f"stays best ({latest_challenge.detail})."
         )
     if regression is not None and best is not None:
         advice.append(
