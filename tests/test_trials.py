@@ -663,6 +663,11 @@ def test_saved_copy_has_the_build_id_of_its_sources(workspace):
     build_id = content_id_of(kernel)
     assert build_id and TrialStore("rms").load().trial("t0").build_id == build_id
     assert content_id_of(workspace / "trials" / "rms" / "t0") == build_id  # the copy holds all it hashes
+    # a file the content id hashes that is no C++ source by suffix (a .cuh in an include dir)
+    (kernel / "kh_scale_cpu" / "table.cuh").write_text("// hashed by content_id\n")
+    assert tm(workspace, "save", "rms", kernel, "--strategy", "b").returncode == 0
+    saved = TrialStore("rms").load().trial("t1")
+    assert "kh_scale_cpu/table.cuh" in saved.files and saved.build_id == content_id_of(kernel) != build_id
 
 
 def test_result_refuses_a_json_of_another_build(workspace):
