@@ -125,7 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         recorded = payload["result"]
         verdict = "pass" if recorded["correct"] else "fail"
         speed = f", {recorded['speedup']:.3f}x" if recorded["speedup"] else ""
-        console.print(f"Recorded {payload['trial_id']}: {verdict}{speed}")
+        ci = payload["conditions"]["speedup_ci"]
+        speed += f" (interval {ci[0]:.2f}-{ci[1]:.2f}x)" if ci and recorded["speedup"] else ""
+        unreliable = ", UNRELIABLE (accepted)" if recorded["accepted_unreliable"] else ""
+        console.print(f"Recorded {payload['trial_id']}: {verdict}{speed}{unreliable}")
     elif args.command == "best":
         payload = commands.best(args.name)
         console.print(payload["best_trial"])

@@ -12,7 +12,7 @@ from ..errors import CheckFailed, UsageError
 from .conditions import conditions_of, speedup_interval
 from .insights import TreeInsights
 from .model import TreeState, Trial, TrialResult
-from .render import save_tree_png
+from .render import interval_label, save_tree_png
 from .results import check_reliable, json_build_id, read_benchmark_json
 from .sources import file_sha256
 from .store import TrialStore, now_iso
@@ -177,7 +177,7 @@ def summary_markdown(state: TreeState, insights: TreeInsights, final: dict[str, 
         result = trial.result
         cells = ["-", "-", "-", "-"] if result is None else [
             "yes" if result.correct else "no",
-            result.speedup_label(),
+            result.speedup_label() + interval_label(trial),
             f"{result.baseline_us:.1f}" if result.baseline_us else "-",
             f"{result.kernel_us:.1f}" if result.kernel_us else "-",
         ]
