@@ -860,3 +860,30 @@ def test_baseline_refresh_refuses_a_changed_baseline(workspace):
     proc = tm(workspace, "baseline-us", "rms", "--refresh")
     assert proc.returncode == 2 and "changed" in proc.stderr
     assert tm(workspace, "baseline-us", "rms", "--threads", "2").returncode == 2  # --threads needs --refresh
+
+
+def test_side_by_side_against_the_best_is_found_by_build_id(workspace, monkeypatch):
+    """t2 (a child of t1) was timed --against t0's build, the best: its vs_against names t0's
+    build id, so it is compared with t0 side by side, not taken to be its parent's ratio."""
+    from kernel_harness.trials.buildid import content_id_of
+
+    config_with(workspace, monkeypatch)
+    kernel = copy_kernel(workspace)
+    source = kernel / "kh_scale_cpu" / "kh_scale_cpu.cpp"
+    tm(workspace, "init", "rms", BASELINE)
+    ids = []
+    for index, (ci, vs) in enumerate([([2.8, 3.2], None), ([2.9, 3.3], None), ([2.9, 3.4], "t0")]):
+        source.write_text(source.read_text() + f"\n// change {index}\n")
+        ids.append(content_id_of(kernel))
+        parent = ["--parent", f"t{index - 1}"] if index else []
+        assert tm(workspace, "save", "rms", kernel, "--strategy", f"change {index}", *parent).returncode == 0
+        against = None if vs is None else {"against": "t0_build", "ratio": 1.15, "ci": [1.09, 1.21],
+                                           "verdict": "faster", "against_build_id": ids[0]}
+        json_path = report(workspace, f"t{index}", speedup=3.0 + 0.05 * index, ci=ci, vs_against=against,
+                           kernel_build={"module": f"_kh_scale_cpu_{ids[-1]}", "build_id": ids[-1]})
+        proc = tm(workspace, "result", "rms", f"t{index}", "--from-json", json_path)
+        assert proc.returncode == 0, proc.stderr
+    status = status_json(workspace)
+    assert status["best_trial"] == "t2"
+    assert status["decisions"]["t1"]["vs_parent"]["verdict"] == "no measurable difference"
+    assert status["decisions"]["t2"]["vs_parent"]["basis"] == "intervals"  # its ratio is against t0, not t1
