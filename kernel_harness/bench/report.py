@@ -20,8 +20,8 @@ from rich.table import Table
 
 from .. import __version__
 from ..cpu import cpu_model
-from .runner import DRIFT_NOTE, BenchResult, baseline_drift, spot_speedup
-from .runner import _last_level_cache_bytes as llc_bytes
+from .options import DRIFT_NOTE, BenchResult, baseline_drift, spot_speedup
+from .throughput import last_level_cache_bytes as llc_bytes
 
 SCHEMA_VERSION = 1
 
