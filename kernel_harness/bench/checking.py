@@ -8,7 +8,8 @@ comparison; the kernel worker only runs the kernel and copies its outputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -37,6 +38,21 @@ class Checker:
 
     def __init__(self, session: Session) -> None:
         self.s = session
+        # where failures go: the candidate's (result.failures) unless redirected
+        self.sink: list[Failure] | None = None
+
+    @property
+    def failures(self) -> list[Failure]:
+        return self.s.result.failures if self.sink is None else self.sink
+
+    @contextmanager
+    def into(self, sink: list[Failure]) -> Iterator[None]:
+        """Judge into ``sink`` (the --against build's own failures) for a while."""
+        saved, self.sink = self.sink, sink
+        try:
+            yield
+        finally:
+            self.sink = saved
 
     @property
     def baseline(self) -> Baseline:
@@ -111,19 +127,20 @@ class Checker:
                    changed: bool = False, check: str = "values") -> bool:
         """Judge one kernel call; record failures; True when it passed."""
         r, o = self.s.result, self.s.o
-        before = len(r.failures)
+        failures = self.failures
+        before = len(failures)
         if aliasing:
             pairs = ", ".join(f"output leaf {a} / input {i}" for a, i in aliasing)
-            r.failures.append(Failure("aliasing", set_label, tier,
+            failures.append(Failure("aliasing", set_label, tier,
                 f"the output shares memory with an input ({pairs}); allocate a fresh output "
                 "(out-parameter-api) instead of writing into or returning an input"))
         if not tree.bitwise_equal(inputs_after, pristine):
             bad = [i for i, (a, p) in enumerate(zip(tree.tensors(inputs_after), tree.tensors(pristine),
                                                   strict=False)) if not tree.bitwise_equal(a, p)]
-            r.failures.append(Failure("input-modified", set_label, tier,
+            failures.append(Failure("input-modified", set_label, tier,
                 f"the kernel modified its input(s) {bad}; inputs are read-only"))
         if changed:
-            r.failures.append(Failure("async", set_label, tier,
+            failures.append(Failure("async", set_label, tier,
                 "the output changed after the call returned (asynchronous completion): the "
                 "kernel must finish writing before it returns"))
         comparison = corr.compare_outputs(output, reference, atol=o.atol, rtol=o.rtol)
@@ -135,7 +152,8 @@ class Checker:
                 self._record_oracle(set_label, tier, leaves)
                 if o.accept_if_as_accurate and corr.passes_as_accurate(comparison, leaves):
                     accepted = True
-                    r.acceptance_rule = "as-accurate-as-baseline"
+                    if self.sink is None:  # the candidate's rule, not the --against build's
+                        r.acceptance_rule = "as-accurate-as-baseline"
             if not accepted:
                 for f in comparison.failures:
                     msg = f"{f.path}: {f.message} -> {f.diagnosis}: {f.advice}"
@@ -143,11 +161,11 @@ class Checker:
                         msg = ("a timed call's output is wrong although the correctness calls "
                                f"passed (results cached across calls, or correct only for the "
                                f"first calls): {msg}")
-                    r.failures.append(Failure(check, set_label, tier, msg, f.to_dict()))
+                    failures.append(Failure(check, set_label, tier, msg, f.to_dict()))
         elif oracle_pair is not None and check != "timed-call":
             oracle, baseline_out = oracle_pair()
             self._record_oracle(set_label, tier, corr.oracle_errors(output, baseline_out, oracle))
-        return len(r.failures) == before
+        return len(failures) == before
 
     def _record_oracle(self, set_label: str, tier: str, leaves: list[corr.OracleLeaf]) -> None:
         for leaf in leaves:
@@ -165,6 +183,24 @@ class Checker:
             if not corr.passes_as_accurate(comparison, leaves):
                 return False
         return True
+
+    def check_build(self, worker: Any, sets: list[InputSet], who: str) -> None:
+        """The same correctness calls, judged the same way, for another build
+        (--against); its failures go to ``result.against_failures``."""
+        s = self.s
+        with self.into(s.result.against_failures):
+            for x in sets:
+                reply = worker.request("check", f"the --against build's correctness call on {x.label}",
+                                       inputs=x.inputs, settle_s=s.o.settle_s)
+                s.check_tamper(reply, "a correctness call of the --against build")
+                reference = self.baseline.reference(tree.clone_tree(x.inputs))
+
+                def pair(p: list[Any] = x.inputs) -> tuple[Any, Any]:
+                    return self.baseline.oracle(p), self.baseline.run_speed_baseline(tree.clone_tree(p))
+                self.judge_call(reply["output"], x.inputs, reply["inputs_after"], reference,
+                                f"{who}{x.label}", "dispatch",
+                                oracle_pair=pair if s.o.accept_if_as_accurate else None,
+                                aliasing=reply["overlaps"], changed=reply["changed_after_return"])
 
     # ------------------------------------------------------------------ timed calls
 
@@ -184,7 +220,8 @@ class Checker:
                             f"{who}timed call (seed {seed})", label,
                             oracle_pair=pair if self.s.o.accept_if_as_accurate else None,
                             check="timed-call")
-            self.s.result.verified_calls += 1
+            if not who:
+                self.s.result.verified_calls += 1
 
     # ------------------------------------------------------------------ delegation
 

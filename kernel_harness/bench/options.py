@@ -43,6 +43,7 @@ class BenchOptions:
     settle_s: float = 0.01
     sweep_rounds: int = 3
     seed: int | None = None  # run seed; random by default so nothing can be precomputed
+    against: str | None = None  # another build (directory or package) timed side by side (--against)
 
 
 @dataclass
@@ -103,6 +104,18 @@ class BenchResult:
     timing_skipped: str | None = None
     dispatch_violations: list[str] = field(default_factory=list)
     load_average: float | None = None
+    # what the run measured under (see conditions.py) and whether it can be trusted
+    conditions: dict[str, Any] = field(default_factory=dict)
+    reliable: bool = True
+    unreliable_reasons: list[str] = field(default_factory=list)
+    unreliable_advice: str | None = None
+    # the build the kernel worker loaded: op namespace / module and content id
+    kernel_build: dict[str, Any] | None = None
+    # --against: the other build's times and failures, and the side-by-side ratio
+    against: stats.Measurement | None = None
+    against_build: dict[str, Any] | None = None
+    against_failures: list[Failure] = field(default_factory=list)
+    vs_against: dict[str, Any] | None = None
 
 
 #: Spot rounds this far (relative) from a cached baseline earn a note: two

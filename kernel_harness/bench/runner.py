@@ -31,15 +31,18 @@ machine limits).
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any
 
 import torch
 
 from ..baseline import load_baseline
+from ..cpu import cpu_model, supported_tiers
 from ..errors import KernelCrashed, UsageError
 from . import timing
 from .checking import Checker, check_reproducible
+from .conditions import advice, assess, load_average
 from .options import (
     DRIFT_NOTE,
     MAX_COLD_SETS,
@@ -53,7 +56,7 @@ from .options import (
 )
 from .options import spot_rounds as _spot_rounds
 from .pinning import detect_pinning
-from .session import Session, cpu_has, system_seed
+from .session import Session, cpu_has, omp_wait_policy, system_seed
 from .sweep import sweep_tiers
 from .throughput import last_level_cache_bytes as _last_level_cache_bytes
 from .throughput import machine_limits as _machine_limits
@@ -106,6 +109,7 @@ class Benchmark:
         r.threads = o.threads or torch.get_num_threads()
         pin = detect_pinning()
         r.pinned, r.pinned_detail = pin.pinned, pin.detail
+        r.conditions = static_conditions(r)
 
         s.baseline = load_baseline(o.baseline_path)
         check_reproducible(s.baseline, s.seed())
@@ -116,19 +120,26 @@ class Benchmark:
             sets = self.checker.draw_correctness_sets()
             r.input_sets = [x.label for x in sets]
             s.start_kernel()
+            r.kernel_build = s.kernel_info.get("kernel_build")
             # started once the kernel imported (two torch imports at once only slow
             # each other on a small machine); it imports while correctness runs. With
             # a cached baseline it only times the spot rounds (see timing).
             s.bworker = s.spawn("baseline")
+            if o.against:
+                s.aworker = s.spawn("against")
             self.checker.correctness(sets)
             if r.correct:
                 s.spawn_spares()
             self.checker.trace(sets[0])
+            r.conditions["tier_ran"] = self._tier_ran(sets[0])
             if not r.correct:
                 r.timing_skipped = "the kernel is incorrect; fix it before timing it"
                 return r
+            if s.aworker is not None:
+                self._check_against(sets)
             timing.run_timing(s, self.checker)
             timing.note_load(r)
+            record_watch(r, s)
             if r.correct and o.tier == "all":
                 sweep_tiers(s, sets)
             measure_throughput(s, sets[0])
@@ -136,6 +147,60 @@ class Benchmark:
             for w in s.workers():
                 w.close()
         return r
+
+
+    def _tier_ran(self, headline: InputSet) -> str | None:
+        """The tier the timed calls ran: forced by --tier, else the dispatcher's pick
+        for the headline input set when the package says (dispatch_tier), else unknown."""
+        s = self.session
+        if self.o.tier in TIERS:
+            return self.o.tier
+        if s.kernel_info.get("has_dispatch_tier") and s.kworker is not None:
+            return str(s.kworker.request("dispatch", "asking dispatch_tier for the timed input set",
+                                         inputs=headline.inputs)["tier"])
+        return None
+
+    def _check_against(self, sets: list[InputSet]) -> None:
+        """Load the --against build and put it through the same correctness calls."""
+        s, r = self.session, self.session.result
+        assert s.aworker is not None
+        s.start_against()
+        r.against_build = s.against_info.get("kernel_build")
+        self.checker.check_build(s.aworker, sets, "against: ")
+        if r.against_failures:
+            r.notes.append(
+                f"--against {self.o.against}: that build fails the correctness check "
+                f"({len(r.against_failures)} failure(s), first: {r.against_failures[0].message[:200]}); "
+                "it is not timed, and there is no side-by-side ratio")
+
+
+def static_conditions(r: BenchResult) -> dict[str, Any]:
+    """The conditions known before any timing: CPU, tiers, threads, pinning, OpenMP policy."""
+    return {
+        "cpu_model": cpu_model(),
+        "supported_tiers": supported_tiers(),
+        "tier_ran": None,
+        "threads": r.threads,
+        "pinned": r.pinned,
+        "pinned_detail": r.pinned_detail,
+        "load_before": load_average(),
+        "load_after": None,
+        "oversubscribed": False,
+        "omp_wait_policy": omp_wait_policy(),
+    }
+
+
+def record_watch(r: BenchResult, s: Session) -> None:
+    """Add what the timing rounds saw; decide ``reliable`` and say what to do if not."""
+    if s.watch is None:
+        return
+    cpus = os.cpu_count() or 1
+    measured, reasons, suggest = assess(s.watch, cpus)
+    r.conditions.update(measured)
+    r.reliable = not reasons
+    r.unreliable_reasons = reasons
+    r.unreliable_advice = advice(reasons, suggest, r.threads)
+    r.conditions["suggested_threads"] = suggest
 
 
 def run_benchmark(options: BenchOptions) -> BenchResult:

@@ -15,8 +15,18 @@ from typing import Any
 
 from ..baseline import Baseline
 from ..errors import CheckFailed, UsageError
+from .conditions import Watch
 from .options import TIERS, BenchOptions, BenchResult
 from .process import WorkerProcess, with_steady_malloc
+
+
+#: OMP_WAIT_POLICY given to every worker unless the environment sets one.
+OMP_WAIT_POLICY = "PASSIVE"
+
+
+def omp_wait_policy() -> str:
+    """The OpenMP wait policy the workers run with."""
+    return os.environ.get("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
 
 
 def system_seed() -> int:
@@ -43,12 +53,18 @@ class Session:
     kspares: list[WorkerProcess] = field(default_factory=list)
     bspares: list[WorkerProcess] = field(default_factory=list)
     kernel_info: dict[str, Any] = field(default_factory=dict)
+    # --against: one more kernel worker, loading the other build
+    aworker: WorkerProcess | None = None
+    against_info: dict[str, Any] = field(default_factory=dict)
+    # what the timing rounds saw of the machine (conditions.py); None before timing
+    watch: Watch | None = None
 
     def seed(self) -> int:
         return self.rng.randrange(1, 2**31 - 1)
 
     def workers(self) -> list[WorkerProcess]:
-        return [w for w in (self.kworker, self.bworker, *self.kspares, *self.bspares) if w is not None]
+        return [w for w in (self.kworker, self.bworker, self.aworker, *self.kspares, *self.bspares)
+                if w is not None]
 
     # ------------------------------------------------------------------ workers
 
@@ -57,6 +73,11 @@ class Session:
         env = with_steady_malloc(dict(os.environ))
         # identical thread settings for both workers, for torch and for a kernel's own OpenMP
         env["OMP_NUM_THREADS"] = str(self.result.threads)
+        # idle OpenMP threads sleep instead of spinning: the worker that waits for its
+        # next round must not take CPU time from the one being timed (with two busy
+        # loops on a 2-vCPU machine, spinning idle threads made an identical kernel read
+        # 0.55x-10.9x; passive, 0.96-1.03x). A policy the user set wins.
+        env.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
         if self.o.tier in TIERS:
             env["KERNEL_CPU_ISA"] = self.o.tier
         return WorkerProcess(role, timeout=self.o.timeout, env=env)
@@ -69,10 +90,20 @@ class Session:
                 self.bspares.append(self.spawn("baseline"))
 
     def load(self, worker: WorkerProcess) -> dict[str, Any]:
-        return worker.request("load", f"loading the {worker.role}", role=worker.role,
+        against = worker.role == "against"
+        return worker.request("load", f"loading the {worker.role}",
+                              role="kernel" if against else worker.role,
                               baseline_path=str(self.o.baseline_path),
-                              kernel_spec=self.o.kernel_spec, op_path=self.o.op_path,
+                              kernel_spec=self.o.against if against else self.o.kernel_spec,
+                              op_path=self.o.op_path, own_package=against,
                               threads=self.result.threads)
+
+    def start_against(self) -> None:
+        """Load the --against build in its own worker (two builds of one package name
+        never meet in one process)."""
+        assert self.aworker is not None
+        self.against_info = self.load(self.aworker)
+        self.check_tamper(self.against_info, "the --against build's import")
 
     def start_kernel(self) -> None:
         assert self.kworker is not None
@@ -90,11 +121,18 @@ class Session:
              warmup: int = 0, what: str) -> tuple[list[int], list[int], int]:
         """Time ``n`` calls (after ``warmup``) on fresh inputs from new seeds:
         (times in ns, the timed calls' seeds, ns spent drawing inputs)."""
-        seeds = [self.seed() for _ in range(n + warmup)]
+        reply, seeds = self.time_reply(worker, source, [self.seed() for _ in range(n + warmup)],
+                                       keep=keep, warmup=warmup, what=what)
+        return reply["times_ns"], seeds[warmup:], reply["gen_ns"]
+
+    def time_reply(self, worker: WorkerProcess, source: tuple[str, int], seeds: list[int], *,
+                   keep: bool, warmup: int = 0, what: str) -> tuple[dict[str, Any], list[int]]:
+        """The worker's whole reply to one timing request on the given seeds (times,
+        CPU times), and the seeds."""
         reply = worker.request("time", what, source=source, seeds=seeds, keep=keep,
                                warmup=warmup, cold=self.o.cold)
         self.check_tamper(reply, what)
-        return reply["times_ns"], seeds[warmup:], reply["gen_ns"]
+        return reply, seeds
 
     # ------------------------------------------------------------------ tiers
 

@@ -14,7 +14,9 @@ import os
 from typing import Any
 
 from . import stats, tree
+from .against import compare_against
 from .checking import Checker
+from .conditions import RunQueueSampler, Watch, load_average
 from .options import DRIFT_NOTE, MAX_COLD_SETS, BenchResult, baseline_drift, spot_rounds
 from .session import Session
 from .throughput import last_level_cache_bytes
@@ -43,6 +45,17 @@ def _cold_sets(session: Session, set_bytes: int) -> int:
     return min(wanted, cap)
 
 
+def _fetch(s: Session, worker: Any, n: int, count: int,
+           seeds: list[int] | None = None) -> list[tuple[int, tuple[Any, Any]]]:
+    """Fetch ``count`` of the round's kept outputs, picked now, after the round;
+    with ``seeds`` return them paired with their seeds for verification."""
+    idx = s.rng.sample(range(n), min(count, n))
+    calls = worker.request("fetch", "fetching verified outputs", indices=idx)["calls"]
+    if seeds is None:
+        return []
+    return [(seeds[i], c) for i, c in zip(idx, calls, strict=True)]
+
+
 def run_timing(session: Session, checker: Checker) -> None:
     """Time baseline and kernel; fill the result's measurements and speedup."""
     s, o, r = session, session.o, session.result
@@ -65,39 +78,68 @@ def run_timing(session: Session, checker: Checker) -> None:
         warm, _, _ = s.time(w, source, 3, keep=False, warmup=2, what="the baseline's warm-up calls")
         if not cached:  # a cached run sizes its rounds for the kernel, as before spot rounds existed
             t_call = max(t_call, stats.Measurement("b", [warm]).median_us * 1e3)
-    n = o.calls_per_round or calibrate(t_call, gen, o.target_round_s, o.rounds,
-                                       o.time_budget_s, sides=1 if cached else 2)
+    aworker = s.aworker if s.aworker is not None and not r.against_failures else None
+    if aworker is not None:
+        warm, _, _ = s.time(aworker, source, 3, keep=False, warmup=2, what="the --against build's warm-up calls")
+        t_call = max(t_call, stats.Measurement("a", [warm]).median_us * 1e3)
+    n = o.calls_per_round or calibrate(t_call, gen, o.target_round_s, o.rounds, o.time_budget_s,
+                                       sides=(1 if cached else 2) + (aworker is not None))
     if o.cold:
         n = max(n, _cold_sets(s, tree.nbytes(s.baseline.draw_inputs(s.seed()))))
     r.calls_per_round = n
     r.timing_processes = len(kworkers)
     kernel = stats.Measurement("kernel")
     base = stats.Measurement("baseline")
+    against = stats.Measurement("against")
     spots = spot_rounds(o.rounds) if cached else set(range(o.rounds))
     picked: list[tuple[int, tuple[Any, Any]]] = []
+    picked_against: list[tuple[int, tuple[Any, Any]]] = []
     # which rounds get a verified call is decided here, in the parent; the worker
     # keeps a copy of every output of every round and learns the pick only after it
     verify_rounds = set(s.rng.sample(range(o.rounds), min(o.verified_calls, o.rounds)))
     extra = max(0, o.verified_calls - o.rounds)
-    for rnd in range(o.rounds):
-        # round rnd runs on worker pair rnd % P; each pair sees both orders
-        pair = rnd % len(kworkers)
-        order = ("b", "k") if (rnd // len(kworkers)) % 2 == 0 else ("k", "b")
-        for side in order:
-            if side == "b" and bworkers and rnd in spots:
-                # keep=True on both sides: identical copying work and allocator state
-                times, _, _ = s.time(bworkers[pair % len(bworkers)], source, n, keep=True,
-                                     what=f"baseline timing round {rnd + 1}")
-                base.add_round(times, group=pair)
-            elif side == "k":
-                worker = kworkers[pair]
-                times, seeds, _ = s.time(worker, source, n, keep=True,
-                                         what=f"kernel timing round {rnd + 1}")
-                kernel.add_round(times, group=pair)
-                count = (rnd in verify_rounds) + (extra // o.rounds + (rnd < extra % o.rounds))
-                idx = s.rng.sample(range(n), min(count, n))
-                calls = worker.request("fetch", "fetching verified outputs", indices=idx)["calls"]
-                picked.extend((seeds[i], c) for i, c in zip(idx, calls, strict=True))
+    sides = ("b", "k", "a") if aworker is not None else ("b", "k")
+    watch = Watch(threads=r.threads, load_before=load_average())
+    with RunQueueSampler() as sampler:
+        for rnd in range(o.rounds):
+            # round rnd runs on worker pair rnd % P; each pair sees every order of the sides
+            pair = rnd % len(kworkers)
+            turn = (rnd // len(kworkers)) % len(sides)
+            order = sides[turn:] + sides[:turn] if len(sides) == 3 else (sides if turn == 0 else sides[::-1])
+            count = (rnd in verify_rounds) + (extra // o.rounds + (rnd < extra % o.rounds))
+            # the candidate and the --against build run on the very same fresh inputs
+            seeds = [s.seed() for _ in range(n)]
+            for side in order:
+                if side == "b" and bworkers and rnd in spots:
+                    bw = bworkers[pair % len(bworkers)]
+                    # keep=True on every side: identical copying work and allocator state
+                    reply, _ = s.time_reply(bw, source, [s.seed() for _ in range(n)], keep=True,
+                                            what=f"baseline timing round {rnd + 1}")
+                    base.add_round(reply["times_ns"], group=pair)
+                    watch.side("baseline").add(reply["times_ns"], reply)
+                    # and the same fetch as the kernel's: no work between rounds that only one side does
+                    _fetch(s, bw, n, count)
+                elif side == "k":
+                    worker = kworkers[pair]
+                    reply, _ = s.time_reply(worker, source, seeds, keep=True,
+                                            what=f"kernel timing round {rnd + 1}")
+                    kernel.add_round(reply["times_ns"], group=pair)
+                    watch.side("kernel").add(reply["times_ns"], reply)
+                    picked.extend(_fetch(s, worker, n, count, seeds))
+                elif side == "a" and aworker is not None:
+                    reply, _ = s.time_reply(aworker, source, seeds, keep=True,
+                                            what=f"--against timing round {rnd + 1}")
+                    against.add_round(reply["times_ns"], group=pair)
+                    watch.side("against").add(reply["times_ns"], reply)
+                    picked_against.extend(_fetch(s, aworker, n, count, seeds))
+    watch.run_queue, watch.steal_fraction = sampler.samples, sampler.steal_fraction
+    watch.load_after = load_average()
+    s.watch = watch
+    if picked_against:
+        with checker.into(r.against_failures):
+            checker.verify_timed(picked_against, who="against: ")
+    if aworker is not None:
+        r.against = against
     checker.verify_timed(picked)
     r.kernel = kernel
     r.kernel_us = kernel.median_us
@@ -112,6 +154,9 @@ def run_timing(session: Session, checker: Checker) -> None:
         r.baseline = base
         r.baseline_us = base.median_us
         r.speedup = stats.speedup(base, kernel, seed=s.rng.randrange(2**31))
+    if r.against is not None and not r.against_failures:
+        r.vs_against = compare_against(o.against or "", r.against, kernel, s.against_info,
+                                       seed=s.rng.randrange(2**31))
     r.correct = not r.failures
 
 
