@@ -91,6 +91,14 @@ def test_assess_names_each_sign_of_a_busy_machine():
     # the timing thread descheduled for a third of the time
     _, reasons, _ = assess(watch(ratio=MIN_CPU_WALL_RATIO - 0.2), cpus=8)
     assert len(reasons) == 1 and "kernel worker's timing thread" in reasons[0]
+    # where schedstat exists, the wait for a CPU decides, not the CPU/wall ratio: a thread
+    # asleep at a passive OpenMP barrier reads low CPU time but never waited for a CPU
+    w = watch(ratio=0.5)
+    w.sides["kernel"].round_ns, w.sides["kernel"].wait_ns = 1000, 20
+    assert assess(w, cpus=8)[1] == []
+    w.sides["kernel"].wait_ns = 300
+    _, reasons, _ = assess(w, cpus=8)
+    assert len(reasons) == 1 and "waited for a CPU during 30 %" in reasons[0]
     _, reasons, _ = assess(watch(steal=0.2), cpus=8)
     assert "stole 20 %" in reasons[0]
     # one idle core left for a 1-thread side is not oversubscription

@@ -4,10 +4,13 @@ A load average read at the start lags by a minute: with two busy loops started
 just before a run it read 1.5-1.9 on a 2-vCPU machine while an identical
 kernel read 10.9x.  So the run watches itself while it times:
 
-* each worker reports, per round, the CPU time of its timing thread and of its
-  whole process during the timed calls, next to their wall time.  A timing
-  thread that holds a CPU throughout reads ~1.0; one that other processes
-  pushed off a CPU reads less (the ``cpu_wall_ratio`` of each side);
+* each worker reports, per round, the time its timing thread spent runnable but
+  waiting for a CPU (``/proc/thread-self/schedstat``; ``run_queue_wait``, a share
+  of the rounds' time), and the CPU time of that thread and of its whole
+  process during the timed calls next to their wall time (``cpu_wall_ratio``:
+  ~1.0 for a thread that held a CPU throughout; used for the verdict only where
+  schedstat is missing, because a thread sleeping at a passive OpenMP barrier
+  reads low too);
 * a sampler thread in the parent reads the number of runnable tasks
   (``/proc/loadavg``'s running field) every few milliseconds during the
   rounds; runnable tasks beyond this run's own threads that do not fit on the
@@ -30,6 +33,11 @@ from typing import Any
 #: time was descheduled (a quiet machine reads 0.97-1.0; a kernel that sleeps or
 #: blocks inside its call reads low too, and is told so).
 MIN_CPU_WALL_RATIO = 0.85
+#: A timing thread that was runnable but had no CPU for more than this share of its
+#: rounds (schedstat's run-queue wait) shared its CPU with other tasks. Preferred to
+#: the CPU/wall ratio where the kernel provides it: it does not count a thread that
+#: sleeps on purpose (an OpenMP barrier under OMP_WAIT_POLICY=PASSIVE).
+MAX_WAIT_FRACTION = 0.10
 #: Hypervisor steal above this share of the CPU time during the rounds.
 MAX_STEAL_FRACTION = 0.05
 #: The parent's sampling period of the run queue.
@@ -97,16 +105,27 @@ class RunQueueSampler:
 
 @dataclass
 class SideCpu:
-    """The CPU time one side's workers spent in their timed calls, summed over rounds."""
+    """The CPU time one side's workers spent in their timed calls, and the time their
+    timing thread waited for a CPU during their rounds, summed over rounds."""
 
     wall_ns: int = 0
     thread_cpu_ns: int = 0
     process_cpu_ns: int = 0
+    round_ns: int = 0
+    wait_ns: int | None = 0
 
     def add(self, times_ns: list[int], reply: dict[str, Any]) -> None:
         self.wall_ns += sum(times_ns)
         self.thread_cpu_ns += int(reply.get("thread_cpu_ns", 0))
         self.process_cpu_ns += int(reply.get("process_cpu_ns", 0))
+        self.round_ns += int(reply.get("round_ns", 0))
+        waited = reply.get("run_queue_wait_ns")
+        self.wait_ns = None if waited is None or self.wait_ns is None else self.wait_ns + int(waited)
+
+    @property
+    def wait_fraction(self) -> float | None:
+        """Share of its rounds the timing thread spent runnable without a CPU."""
+        return self.wait_ns / self.round_ns if self.wait_ns is not None and self.round_ns else None
 
     @property
     def thread_ratio(self) -> float | None:
@@ -151,6 +170,7 @@ def assess(watch: Watch, cpus: int) -> tuple[dict[str, Any], list[str], int | No
         "oversubscribed": oversubscribed,
         "cpu_wall_ratio": {name: _round(side.thread_ratio) for name, side in watch.sides.items()},
         "cores_busy": {name: _round(side.cores_busy) for name, side in watch.sides.items()},
+        "run_queue_wait": {name: _round(side.wait_fraction) for name, side in watch.sides.items()},
         "run_queue_max": max(watch.run_queue) if watch.run_queue else None,
         "run_queue_median": statistics.median(watch.run_queue) if watch.run_queue else None,
         "run_queue_samples": len(watch.run_queue),
@@ -165,8 +185,13 @@ def assess(watch: Watch, cpus: int) -> tuple[dict[str, Any], list[str], int | No
             f"{watch.threads} timing thread(s) during the rounds, on {cpus} logical CPUs "
             f"({max(free, 0)} free)")
     for name, side in watch.sides.items():
-        ratio = side.thread_ratio
-        if ratio is not None and ratio < MIN_CPU_WALL_RATIO:
+        wait, ratio = side.wait_fraction, side.thread_ratio
+        if wait is not None:
+            if wait > MAX_WAIT_FRACTION:
+                reasons.append(
+                    f"the {name} worker's timing thread waited for a CPU during {100 * wait:.0f} % of "
+                    "its rounds: other runnable tasks kept it off the CPUs")
+        elif ratio is not None and ratio < MIN_CPU_WALL_RATIO:
             reasons.append(
                 f"the {name} worker's timing thread was on a CPU for only {100 * ratio:.0f} % of its "
                 "timed calls' wall time: other processes took its CPU (or the call sleeps or blocks)")

@@ -227,6 +227,9 @@ def print_conditions(payload: dict[str, Any], console: Console) -> None:
     if ratios:
         parts.append("timing thread on CPU " + ", ".join(
             f"{name} {100 * v:.0f} %" for name, v in ratios.items() if v is not None))
+    waits = {name: v for name, v in (c.get("run_queue_wait") or {}).items() if v is not None}
+    if waits:
+        parts.append("waited for a CPU " + ", ".join(f"{name} {100 * v:.0f} %" for name, v in waits.items()))
     if c.get("run_queue_max") is not None:
         parts.append(f"run queue median {_fmt(c.get('run_queue_median'))} / max {c['run_queue_max']}")
     if c.get("steal_fraction") is not None:

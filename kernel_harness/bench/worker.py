@@ -151,6 +151,8 @@ class Worker:
         # CPU time of this (the calling) thread and of the whole process during the
         # timed calls: a thread that was descheduled shows less CPU than wall time
         thread_ns = process_ns = 0
+        # and the time this thread spent runnable but waiting for a CPU (schedstat)
+        wait_before, round_start = _run_queue_wait_ns(), _perf_counter_ns()
         gc.collect()
         gc.disable()  # a collection inside a timed call would be charged to it
         try:
@@ -184,13 +186,28 @@ class Worker:
                 del out, inputs
         finally:
             gc.enable()
+        wait_after, round_ns = _run_queue_wait_ns(), _perf_counter_ns() - round_start
+        waited = wait_after - wait_before if wait_before is not None and wait_after is not None else None
         return {"times_ns": times, "gen_ns": gen_ns, "thread_cpu_ns": thread_ns,
-                "process_cpu_ns": process_ns, "tampered": tampered_timers()}
+                "process_cpu_ns": process_ns, "run_queue_wait_ns": waited, "round_ns": round_ns,
+                "tampered": tampered_timers()}
 
     def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
         picked = [self.pool.load(i, self.kept[i]) for i in msg["indices"]]
         self.kept = []
         return {"calls": picked}
+
+
+def _run_queue_wait_ns() -> int | None:
+    """Nanoseconds this thread has spent runnable but waiting for a CPU (the second
+    field of /proc/thread-self/schedstat; None where the kernel does not provide it).
+    Unlike CPU time it does not count a thread that sleeps on purpose (an OpenMP
+    barrier under OMP_WAIT_POLICY=PASSIVE), only one that other tasks kept off a CPU."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as fh:
+            return int(fh.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 #: The op namespace and module name the harness's builder gives a build,
@@ -287,7 +304,8 @@ def _scribble_freed_memory(inputs: list[Any]) -> None:
     del blocks
 
 
-_OWN_FUNCTIONS = {"_scribble_freed_memory": _scribble_freed_memory}
+_OWN_FUNCTIONS = {"_scribble_freed_memory": _scribble_freed_memory, "_run_queue_wait_ns": _run_queue_wait_ns,
+                  "kernel_build": kernel_build}
 _OWN_CODE = {name: fn.__code__ for name, fn in _OWN_FUNCTIONS.items()}
 
 
