@@ -177,7 +177,10 @@ class WorkerProcess:
         if code == int(ExitCode.CHECK_FAILED):
             return CheckFailed(message)
         if code == int(ExitCode.KERNEL_CRASHED):
-            return KernelCrashed(message)
+            err = KernelCrashed(f"The --against build could not be loaded: {message}"
+                                if self.role == "against" else message)
+            err.crash = {"role": self.role, "kind": "could-not-load", "during": what}  # type: ignore[attr-defined]
+            return err
         tb = reply.get("traceback", "")
         err = KernelCrashed(
             f"The {self.role} raised an exception during {what}: {message}. "
