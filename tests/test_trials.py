@@ -17,6 +17,7 @@ from conftest import PROJECT_ROOT, run_script
 from kernel_harness.errors import CheckFailed, UsageError
 from kernel_harness.trials import commands
 from kernel_harness.trials.store import TrialStore
+from kernel_harness.trials.decisions import FASTER, INTERVALS, SAME, compare
 
 BASELINE = PROJECT_ROOT / "examples" / "rms_norm" / "baseline.py"
 
@@ -234,6 +235,25 @@ def test_trials_are_ranked_by_their_side_by_side_ratio(workspace):
     assert payload["regression_of"] == "t2"  # slower than t0 side by side, though its cached ratio is higher
     labels = {t.id: t.result.speedup_label() for t in state.trials}
     assert labels == {"t0": "3.00x", "t1": "2.50x (3.60x side by side)", "t2": "3.30x (2.80x side by side)"}
+
+
+def test_cached_baseline_trials_are_decided_by_their_spot_intervals(workspace):
+    """With --baseline-us the ranking ratio is the spot ratio; its interval (a few spot
+    rounds, so wide) decides, not its point estimate."""
+    record_benchmark_runs(workspace, [
+        {"speedup": 3.0, "baseline_us": 300.0, "kernel_us": 100.0, "speedup_ci": [2.8, 3.2]},
+        # higher point, but the spot interval overlaps t0's: no measurable difference
+        {"speedup": 3.1, "baseline_us": 300.0, "kernel_us": 97.0, "baseline_cached": True,
+         "speedup_spot": 3.4, "speedup_spot_ci": [3.1, 3.8]},
+        # separated from t0's interval: faster
+        {"speedup": 4.0, "baseline_us": 300.0, "kernel_us": 75.0, "baseline_cached": True,
+         "speedup_spot": 4.2, "speedup_spot_ci": [3.9, 4.5]},
+    ])
+    _, state, _ = commands.status("rms")
+    assert commands.best("rms")["best_trial"] == "t2"
+    assert compare(state.trial("t1"), state.trial("t0"), state, 0.05).verdict == SAME
+    assert compare(state.trial("t1"), state.trial("t0"), state, 0.05).basis == INTERVALS
+    assert compare(state.trial("t2"), state.trial("t0"), state, 0.05).verdict == FASTER
 
 
 def test_older_cached_results_rank_by_their_drift(workspace):

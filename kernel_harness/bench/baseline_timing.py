@@ -24,7 +24,7 @@ from ..cpu import cpu_model, supported_tiers
 from ..errors import HarnessError
 from . import stats
 from .pinning import detect_pinning
-from .process import WorkerProcess, with_steady_malloc
+from .process import WorkerProcess, worker_env
 
 #: Enough rounds for a stable median in a few seconds; the benchmark's default is 20
 #: rounds shared by two sides, so 10 rounds of one side cost about as much as its half.
@@ -52,8 +52,7 @@ def time_baseline(baseline_path: str, *, threads: int, rounds: int = DEFAULT_ROU
     def seeds(n: int) -> list[int]:
         return [rng.randrange(1, 2**31 - 1) for _ in range(n)]
 
-    env = with_steady_malloc(dict(os.environ))
-    env["OMP_NUM_THREADS"] = str(threads)
+    env = worker_env(threads)  # the benchmark's own worker settings, so the value compares
     pin = detect_pinning()
     load_before = _load()
     measurement = stats.Measurement("baseline")

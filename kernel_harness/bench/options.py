@@ -89,6 +89,8 @@ class BenchResult:
     # With a cached baseline: the baseline timed now in a few spot rounds, so a
     # change of the machine's speed since the value was cached shows (drift).
     baseline_spot: stats.Measurement | None = None
+    # the spot rounds over the kernel's rounds beside them, with its paired interval
+    speedup_spot: stats.Speedup | None = None
     speedup: stats.Speedup | None = None
     threads: int = 0
     pinned: bool = False

@@ -58,6 +58,13 @@ def machine() -> dict[str, Any]:
             "llc_bytes": llc_bytes(), "arch": platform.machine(), "platform": sys.platform}
 
 
+def _ci(s: Any) -> list[float | None] | None:
+    """A Speedup's interval as [low, high], or None without one."""
+    if s is None or s.ci_low is None:
+        return None
+    return [_num(s.ci_low, 4), _num(s.ci_high, 4)]
+
+
 def _num(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
@@ -83,6 +90,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         "baseline_spot_us": _num(result.baseline_spot.median_us) if result.baseline_spot else None,
         "baseline_drift": _num(baseline_drift(result), 4),
         "speedup_spot": _num(spot_speedup(result), 4),
+        "speedup_spot_ci": _ci(result.speedup_spot),
         "iqr": {
             "baseline_us": _num(result.baseline.iqr_us) if result.baseline else None,
             "kernel_us": _num(result.kernel.iqr_us) if result.kernel else None,
@@ -294,8 +302,10 @@ def _print_timing(payload: dict[str, Any], console: Console) -> None:
         line += f" ({verdict})"
     console.print(f"[bold]{line}[/bold]")
     if payload.get("speedup_spot") is not None:
-        console.print(f"side by side with this run's baseline spot rounds: {payload['speedup_spot']:.3f}x "
-                      "(what the trial tree ranks trials by)")
+        spot_ci = payload.get("speedup_spot_ci")
+        spot_range = f" (95 % CI {spot_ci[0]:.3f}-{spot_ci[1]:.3f})" if spot_ci else ""
+        console.print(f"side by side with this run's baseline spot rounds: {payload['speedup_spot']:.3f}x"
+                      f"{spot_range} (what the trial tree ranks trials by)")
     console.print(f"verified {t['verified_timed_calls']} randomly chosen timed calls")
     vs = payload.get("vs_against")
     if vs:

@@ -17,11 +17,7 @@ from ..baseline import Baseline
 from ..errors import CheckFailed, UsageError
 from .conditions import Watch
 from .options import TIERS, BenchOptions, BenchResult
-from .process import WorkerProcess, with_steady_malloc
-
-
-#: OMP_WAIT_POLICY given to every worker unless the environment sets one.
-OMP_WAIT_POLICY = "PASSIVE"
+from .process import OMP_WAIT_POLICY, WorkerProcess, worker_env
 
 
 def omp_wait_policy() -> str:
@@ -69,15 +65,7 @@ class Session:
     # ------------------------------------------------------------------ workers
 
     def spawn(self, role: str) -> WorkerProcess:
-        # the same allocator steady state for every worker (see STEADY_MALLOC_ENV)
-        env = with_steady_malloc(dict(os.environ))
-        # identical thread settings for both workers, for torch and for a kernel's own OpenMP
-        env["OMP_NUM_THREADS"] = str(self.result.threads)
-        # idle OpenMP threads sleep instead of spinning: the worker that waits for its
-        # next round must not take CPU time from the one being timed (with two busy
-        # loops on a 2-vCPU machine, spinning idle threads made an identical kernel read
-        # 0.55x-10.9x; passive, 0.96-1.03x). A policy the user set wins.
-        env.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
+        env = worker_env(self.result.threads)  # one definition for every timing worker
         if self.o.tier in TIERS:
             env["KERNEL_CPU_ISA"] = self.o.tier
         return WorkerProcess(role, timeout=self.o.timeout, env=env)

@@ -89,6 +89,9 @@ def run_timing(session: Session, checker: Checker) -> None:
     r.calls_per_round = n
     r.timing_processes = len(kworkers)
     kernel = stats.Measurement("kernel")
+    # with a cached baseline: the kernel's rounds that have a baseline spot round beside
+    # them, so the spot ratio gets an interval from the same paired resampling
+    kernel_at_spots = stats.Measurement("kernel at spot rounds")
     base = stats.Measurement("baseline")
     against = stats.Measurement("against")
     spots = spot_rounds(o.rounds) if cached else set(range(o.rounds))
@@ -124,6 +127,8 @@ def run_timing(session: Session, checker: Checker) -> None:
                     reply, _ = s.time_reply(worker, source, seeds, keep=True,
                                             what=f"kernel timing round {rnd + 1}")
                     kernel.add_round(reply["times_ns"], group=pair)
+                    if cached and rnd in spots:
+                        kernel_at_spots.add_round(reply["times_ns"], group=pair)
                     watch.side("kernel").add(reply["times_ns"], reply)
                     picked.extend(_fetch(s, worker, n, count, seeds))
                 elif side == "a" and aworker is not None:
@@ -149,6 +154,8 @@ def run_timing(session: Session, checker: Checker) -> None:
         r.speedup = stats.Speedup(r.baseline_us / r.kernel_us, None, None, 0.95)
         if base.count:
             r.baseline_spot = base
+            # a handful of rounds: a wide interval, honestly so (decisions need it)
+            r.speedup_spot = stats.speedup(base, kernel_at_spots, seed=s.rng.randrange(2**31))
             note_drift(r)
     else:
         r.baseline = base
@@ -172,7 +179,8 @@ def note_drift(r: BenchResult) -> None:
         f"baseline drift: the baseline took {r.baseline_spot.median_us:.1f} us in this run's spot rounds, "
         f"{drift * 100:+.0f} % from the cached {r.baseline_us:.1f} us (--baseline-us): the machine's speed "
         "changed since the value was cached (or the value belongs to another baseline), so this speedup "
-        "is off by about as much. Compare trials measured at the same speed, or rerun without "
+        "is off by about as much. Re-cache it with `python scripts/trial_manager.py baseline-us LABEL "
+        "--refresh` (it times the baseline alone, pinned), then measure again; or rerun without "
         "--baseline-us for a side-by-side ratio." + noisy)
 
 

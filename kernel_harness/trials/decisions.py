@@ -64,7 +64,8 @@ def estimate(trial: Trial | None) -> Estimate | None:
 
     The interval belongs to the recorded ``speedup`` (baseline and kernel timed
     side by side in one run); a cached-baseline result is ranked by its spot
-    ratio, which has none.
+    ratio, with the interval of that ratio (``speedup_spot_ci``: only a few spot
+    rounds, so it is wide, and narrow claims need ``--against``).
     """
     if trial is None or trial.result is None or not trial.result.correct:
         return None
@@ -72,7 +73,10 @@ def estimate(trial: Trial | None) -> Estimate | None:
     point = result.ranking_speedup
     if point is None:
         return None
-    interval = speedup_interval(result.details) if result.side_by_side_speedup is None else None
+    if result.side_by_side_speedup is None:
+        interval = speedup_interval(result.details)
+    else:
+        interval = speedup_interval({"speedup_ci": result.details.get("speedup_spot_ci")})
     return Estimate(point, interval)
 
 

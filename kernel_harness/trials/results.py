@@ -22,7 +22,7 @@ SPEEDUP_CONSISTENCY = 0.02
 # Keys of benchmark_cpu.py's JSON kept with a result for later reading.
 CARRIED_BENCHMARK_KEYS = (
     "iqr", "threads", "pinned", "acceptance_rule", "speedup_ci", "speedup_verdict", "baseline_cached", "baseline_drift",
-    "speedup_spot", "speedup_paired", "load_average", "pinned_detail", "baseline_file",
+    "speedup_spot", "speedup_spot_ci", "speedup_paired", "load_average", "pinned_detail", "baseline_file",
     # issue 19: the conditions of the run, whether the benchmark trusted its own timing,
     # the side-by-side ratio against another build, and which build was measured
     "conditions", "reliable", "unreliable_reasons", "vs_against", "kernel_build",
