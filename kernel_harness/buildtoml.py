@@ -9,13 +9,10 @@ structs ``kernels-data/src/config/v5.rs`` in huggingface/kernels, which use
 ``deny_unknown_fields`` everywhere): an unknown key anywhere is an error there,
 so it is an error here too, with the list of keys that are known.
 
-One deliberate difference: kernel-builder requires ``[general] name`` to match
-``^[a-z][-a-z0-9]*[a-z0-9]$`` (dashes, no underscores) and derives the Python
-package name by replacing ``-`` with ``_``.  This project's templates write the
-dashed form too (``my-kernel``); underscores are still accepted here (older
-kernels used the Python name), and :attr:`General.kernel_builder_name_ok` tells
-the validator to warn that the real kernel-builder would refuse them.  ``metadata.json`` always gets the dashed form,
-because ``kernels`` parses that field with the strict rule.
+``[general] name`` is checked by the ecosystem's own rule, ``kernels_data.KernelName``
+(lowercase letters, digits and dashes; the Python package replaces ``-`` with
+``_``), not by a copy of its regular expression: a name ``kernels`` would refuse
+in ``metadata.json`` is refused here with kernels-data's own message.
 """
 
 from __future__ import annotations
@@ -25,6 +22,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import kernels_data
 
 from .errors import UsageError
 
@@ -100,7 +99,13 @@ KERNEL_KEYS: dict[str, dict[str, str]] = {
 }
 KERNEL_REQUIRED = ("backend", "depends", "src")
 
-_KB_NAME_RE = re.compile(r"^[a-z][-a-z0-9]*[a-z0-9]$")
+def kernel_name_error(name: str) -> str | None:
+    """kernels-data's refusal of ``name`` as a kernel name, or None when the ecosystem accepts it."""
+    try:
+        kernels_data.KernelName(name)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def python_package_name(name: str) -> str:
@@ -111,7 +116,6 @@ def python_package_name(name: str) -> str:
 def kernel_builder_name(name: str) -> str:
     """The dashed spelling kernel-builder and ``metadata.json`` use: ``my_kernel`` -> ``my-kernel``."""
     return name.replace("_", "-")
-_OUR_NAME_RE = re.compile(r"^[a-z][-_a-z0-9]*[a-z0-9]$")
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,7 @@ class SchemaProblem:
     where: str
     message: str
     line: int | None = None
-    #: syntax | unknown-key | missing-key | type | value | missing-file
+    #: syntax | unknown-key | missing-key | type | value | name | missing-file
     kind: str = "value"
 
     def __str__(self) -> str:
@@ -160,12 +164,8 @@ class General:
 
     @property
     def metadata_name(self) -> str:
-        """The name as ``metadata.json`` must spell it (kernels requires dashes)."""
-        return kernel_builder_name(self.name)
-
-    @property
-    def kernel_builder_name_ok(self) -> bool:
-        return bool(_KB_NAME_RE.match(self.name))
+        """The name as ``metadata.json`` spells it (checked by kernels_data.KernelName at parse time)."""
+        return self.name
 
 
 @dataclass(frozen=True)
@@ -352,14 +352,15 @@ def _check_general(check: _Checker, general: dict[str, Any]) -> None:
         if isinstance(general.get(sub), dict):
             check.unknown_and_types(f"general.{sub}", general[sub], known)
     name = general.get("name")
-    if isinstance(name, str) and not _OUR_NAME_RE.match(name):
-        check.add(
-            "general",
-            "name",
-            f"invalid kernel name {name!r}: it must start with a lowercase letter, contain only "
-            "lowercase letters, digits, dashes or underscores, end with a letter or digit and be "
-            "at least 2 characters long (e.g. my-kernel)",
+    refusal = kernel_name_error(name) if isinstance(name, str) else None
+    if refusal is not None:
+        suggestion = kernel_builder_name(name).lower()
+        hint = (
+            f" Write name = {suggestion!r} (the Python package stays {python_package_name(suggestion)!r})."
+            if kernel_name_error(suggestion) is None
+            else ""
         )
+        check.add("general", "name", f"kernels-data refuses {name!r}: {refusal}.{hint}", "name")
     edition = general.get("edition")
     if isinstance(edition, int) and not isinstance(edition, bool) and edition != EDITION:
         check.add("general", "edition", f"must be {EDITION} (kernel-builder's current schema), found {edition}")

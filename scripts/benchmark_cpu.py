@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "the interval then also covers a process's own performance regime")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads for baseline and kernel (default: torch's default)")
+    p.add_argument("--against", default=None, metavar="DIR|INSTALLED_PKG",
+                   help="another build of the kernel (e.g. the parent trial's, from trial_manager.py "
+                        "checkout): checked the same way and timed in the same interleaved rounds on "
+                        "the same fresh inputs; reports vs_against (its median / the candidate's, "
+                        "with an interval: > 1 means the candidate is faster)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the run's input seeds (default: random, so nothing can be precomputed)")
     add_json_option(p)
@@ -88,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         accept_if_as_accurate=args.accept_if_as_accurate, assert_dispatch=args.assert_dispatch,
         dispatch_tolerance_pct=args.tolerance, rounds=args.rounds, calls_per_round=args.calls,
         timing_processes=args.processes,
-        threads=args.threads, seed=args.seed,
+        threads=args.threads, seed=args.seed, against=args.against,
     )
     bench = Benchmark(options)
     try:

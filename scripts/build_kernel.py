@@ -2,7 +2,8 @@
 
 Reads build.toml, compiles every source with ninja (+ ccache), and writes
 build/torch<MAJ><MIN>-cxx11-cpu-<arch>-linux/ (what kernels.get_local_kernel
-imports) and a wheel in dist/. A compiler error prints file:line and the
+imports; its metadata.json carries a kernels-data sha256 digest of the variant's
+files) and a wheel in dist/. A compiler error prints file:line and the
 message first, then the raw compiler output, exits 1 and keeps the previous
 build.
 """

@@ -1,7 +1,8 @@
 """Publish a finalized kernel to the Hugging Face Hub (the last step of the procedure).
 
-Stages the repository exactly as the Hub layout expects, proves the staged
-copy loads in a fresh process and is correct, renders the card, and uploads
+Stages the repository exactly as the Hub layout expects, re-hashes each staged
+build variant against the kernels-data digest its builder recorded, proves the
+staged copy loads in a fresh process and is correct, renders the card, and uploads
 it to a ``kernel`` repository: the build on branch ``v<version>``, the card on
 ``main``.  See docs/publish.md.
 """
@@ -25,8 +26,8 @@ from kernel_harness.publish import PublishOptions, publish
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Stage, verify and upload a kernel to a Hugging Face Hub kernel repository.",
-        epilog="Exit codes: 0 published (or dry run verified); 1 the staged kernel is incorrect or a check "
-        "could not run; 2 bad input, or no/insufficient Hub token; 3 the staged kernel does not load or "
+        epilog="Exit codes: 0 published (or dry run verified); 1 a staged variant differs from the digest in its "
+        "metadata.json (rebuild), the staged kernel is incorrect or a check could not run; 2 bad input, or no/insufficient Hub token; 3 the staged kernel does not load or "
         "crashes, or the Hub could not be reached. The stage directory is kept in every case.",
     )
     parser.add_argument("directory", type=Path, help="a built kernel directory, or the output/ directory of trial_manager.py finalize")
@@ -101,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.update(error=error.message, exit_code=int(error.exit_code))
         write_json_report(args.json, _json_view(report))
         raise
+    console.print(f"[green]✓[/green] {report['integrity']['line']}", soft_wrap=True)
     for line in report["verification"]["lines"]:
         mark = "[yellow]![/yellow]" if "SKIPPED" in line else "[green]✓[/green]"
         console.print(f"{mark} {line}", soft_wrap=True)
@@ -124,7 +126,7 @@ def _json_view(report: dict[str, Any]) -> dict[str, Any]:
     keys = (
         "repo_id", "version", "branch", "function", "source_dir", "stage_dir", "baseline", "files",
         "card_path", "verification", "dry_run", "uploaded", "upload", "url", "manual_commands",
-        "notes", "error", "exit_code", "tiers", "dropped_tiers",
+        "notes", "error", "exit_code", "integrity", "tiers", "dropped_tiers",
     )  # fmt: skip
     return {key: report.get(key) for key in keys}
 

@@ -41,19 +41,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel_us", type=float)
     p.add_argument("--from-json", dest="from_json", type=Path, metavar="FILE",
                    help="read correctness and timings from benchmark_cpu.py --json output")
-    p.add_argument("--force", action="store_true", help="replace an existing result (the old one is kept in history)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing result, e.g. after re-measuring (the old one is kept in the trial's history)")
+    p.add_argument("--accept-unreliable", dest="accept_unreliable", action="store_true",
+                   help="record a benchmark JSON that says reliable: false (recorded on the trial, shown by status)")
 
     for command, text in [
         ("status", "show the tree, the best trial and what to do next"),
-        ("best", "print the id of the fastest correct trial"),
-        ("baseline-us", "print the baseline time later benchmark runs pass as --baseline-us"),
+        ("best", "print the id of the best correct trial (displaced only by a measurably faster one)"),
     ]:
         p = sub.add_parser(command, help=text)
         p.add_argument("name")
 
+    p = sub.add_parser("baseline-us", help="print the baseline time later benchmark runs pass as --baseline-us")
+    p.add_argument("name")
+    p.add_argument("--refresh", action="store_true",
+                   help="time the baseline again (under numactl --cpunodebind=0 --membind=0 when available) "
+                        "and make that the cached value; earlier values are kept in history")
+    p.add_argument("--threads", type=int, help="with --refresh: threads for the baseline (default: torch's, "
+                                               "as benchmark_cpu.py; pass the --threads your runs use)")
+    p.add_argument("--rounds", type=int, help="with --refresh: timing rounds (default 10)")
+
+    p = sub.add_parser("checkout", help="write a trial's saved sources into a kernel directory (branch back)")
+    p.add_argument("name")
+    p.add_argument("trial_id")
+    p.add_argument("kernel_dir", type=Path)
+    p.add_argument("--force", action="store_true",
+                   help="overwrite unsaved work there, after copying it to trials/NAME/.stash/<timestamp>/")
+
     p = sub.add_parser("finalize", help="copy the best correct trial and a summary to OUTPUT_DIR")
     p.add_argument("name")
     p.add_argument("output_dir", type=Path)
+    p.add_argument("--final-json", dest="final_json", type=Path, metavar="FILE",
+                   help="record the final benchmark of the finalized build (benchmark_cpu.py --json, run "
+                        "without --baseline-us) in summary.json and summary.md")
+    p.add_argument("--accept-unreliable", dest="accept_unreliable", action="store_true",
+                   help="with --final-json: record a final run that says reliable: false")
 
     for subparser in sub.choices.values():
         add_json_option(subparser)
@@ -73,7 +96,10 @@ def _show_status(payload: dict, state, insights) -> None:
     table.add_row("best", payload["best_trial"] or "none yet")
     table.add_row("early stop", "fired" if payload["early_stop"] else "not reached")
     table.add_row("plateau", "yes" if payload["plateau"] else "no")
+    table.add_row("noise threshold", f"{payload['noise_threshold']:.0%}")
     console.print(table)
+    for line in payload["notes"]:
+        console.print(f"[bold yellow]note:[/bold yellow] {line}", soft_wrap=True)
     for line in payload["advice"]:
         console.print(f"[bold]next:[/bold] {line}", soft_wrap=True)
 
@@ -94,25 +120,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         payload = commands.result(
             args.name, args.trial_id, correctness=args.correctness, speedup=args.speedup,
             baseline_us=args.baseline_us, kernel_us=args.kernel_us, from_json=args.from_json, force=args.force,
+            accept_unreliable=args.accept_unreliable,
         )
         recorded = payload["result"]
         verdict = "pass" if recorded["correct"] else "fail"
         speed = f", {recorded['speedup']:.3f}x" if recorded["speedup"] else ""
-        console.print(f"Recorded {payload['trial_id']}: {verdict}{speed}")
+        ci = payload["conditions"]["speedup_ci"]
+        speed += f" (interval {ci[0]:.2f}-{ci[1]:.2f}x)" if ci and recorded["speedup"] else ""
+        unreliable = ", UNRELIABLE (accepted)" if recorded["accepted_unreliable"] else ""
+        console.print(f"Recorded {payload['trial_id']}: {verdict}{speed}{unreliable}")
     elif args.command == "best":
         payload = commands.best(args.name)
         console.print(payload["best_trial"])
     elif args.command == "baseline-us":
-        payload = commands.baseline_us(args.name)
+        payload = commands.baseline_us(args.name, refresh_timing=args.refresh, threads=args.threads,
+                                       rounds=args.rounds)
+        if args.refresh:
+            before = payload["previous_baseline_us"]
+            was = f" (was {before:.3f} us)" if before else ""
+            cond = payload["conditions"]
+            err_console.print(f"Re-timed the baseline: {payload['baseline_us']:.3f} us{was}; "
+                              f"{cond.get('threads')} threads, {'pinned' if cond.get('pinned') else 'unpinned'}, "
+                              f"load {cond.get('load_before')}-{cond.get('load_after')}", soft_wrap=True)
         console.print(f"{payload['baseline_us']:.3f}")
     elif args.command == "status":
         payload, state, insights = commands.status(args.name)
         _show_status(payload, state, insights)
+    elif args.command == "checkout":
+        payload = commands.checkout(args.name, args.trial_id, args.kernel_dir, force=args.force)
+        if payload["stashed_to"]:
+            console.print(f"Kept the directory's previous sources in {payload['stashed_to']}")
+        removed = f", removed {len(payload['removed'])} file(s) it does not have" if payload["removed"] else ""
+        console.print(f"Checked out {payload['trial_id']} into {payload['directory']} "
+                      f"({len(payload['files'])} files{removed}); rebuild and reinstall it before benchmarking.")
     else:
-        payload = commands.finalize(args.name, args.output_dir)
+        payload = commands.finalize(args.name, args.output_dir, final_json=args.final_json,
+                                    accept_unreliable=args.accept_unreliable)
         console.print(
             f"Finalized {payload['best_trial']} ({payload['speedup']:.2f}x) into {payload['output_dir']}"
         )
+        final = payload["final"]
+        if final is not None and args.final_json is not None:
+            ci = final["speedup_ci"]
+            console.print(f"Recorded the final measurement: correct, {final['speedup']:.2f}x"
+                          + (f" (interval {ci[0]:.2f}-{ci[1]:.2f}x)" if ci else ""))
     _print_warnings(payload)
     write_json_report(args.json, payload)
     return 0

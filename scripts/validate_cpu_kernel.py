@@ -3,8 +3,11 @@
 Errors (exit 1) are things that will not build or will misbehave: schema
 problems in build.toml, missing/unlisted sources, SIMD sections without
 -fopenmp or without include = ["<kernel>_cpu"], intrinsics the unit's flags
-do not enable, a tier mixing ISA levels, KERNEL_TODO(...) bodies. Warnings are
-likely performance or correctness problems worth a look.
+do not enable, a tier mixing ISA levels, KERNEL_TODO(...) bodies, a
+[general] name kernels_data.KernelName refuses, and an existing
+build/<variant>/ whose metadata.json kernels-data cannot read or whose files
+differ from its digest. Warnings are likely performance or correctness problems
+worth a look.
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def test_tuple_output_and_wrong_second_output(tmp_path):
 
 def test_cached_baseline_is_reused_and_said(tmp_path):
     code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op",
-                             "bk_honest.rms_norm", "--baseline-us", "250", *FAST)
+                             "bk_honest.rms_norm", "--baseline-us", "250", "--rounds", "8", "--calls", "3")
     assert code == 0
     assert report["baseline_cached"] is True and report["baseline_us"] == 250
     assert report["timing"]["baseline"] is None
@@ -127,6 +127,11 @@ def test_cached_baseline_is_reused_and_said(tmp_path):
     assert spot > 0 and report["timing"]["baseline_spot"]["rounds"] >= 1
     assert report["baseline_drift"] == pytest.approx(spot / 250 - 1, rel=1e-2, abs=1e-3)
     assert report["speedup_spot"] == pytest.approx(spot / report["kernel_us"], rel=1e-2)
+    # the spot ratio carries its own (wide) interval from three spot rounds on, so the
+    # trial tree can decide by it; fewer pairs give no interval rather than a false one
+    assert report["timing"]["baseline_spot"]["rounds"] == 4  # spread over the 8 rounds
+    low, high = report["speedup_spot_ci"]
+    assert low <= report["speedup_spot"] <= high and low < high
     drift_notes = [n for n in report["notes"] if n.startswith("baseline drift")]
     assert bool(drift_notes) == (abs(report["baseline_drift"]) > DRIFT_NOTE)
 

@@ -68,6 +68,9 @@ def test_layout_metadata_and_ops_module(built: tuple[Path, dict]) -> None:
     assert re.fullmatch(r"_kh_scale_cpu_[0-9a-f]{10}", ext)
     assert sorted(p.name for p in variant.iterdir()) == sorted(["__init__.py", "_ops.py", "metadata.json", f"{ext}.abi3.so"])
     metadata = json.loads((variant / "metadata.json").read_text())
+    digest = metadata.pop("digest")  # kernels-data's digest of every other file (tests below check it verifies)
+    assert digest["algorithm"] == "sha256"
+    assert sorted(digest["files"]) == sorted(["__init__.py", "_ops.py", f"{ext}.abi3.so"])
     assert metadata == {
         "name": "kh-scale", "id": ext, "version": 1, "license": "apache-2.0",
         "python-depends": [], "backend": {"type": "cpu"},
@@ -331,3 +334,39 @@ def test_generated_registration_and_ops_module() -> None:
     meta = json.loads(metadata_json(names, version=2, license="mit", python_depends=("einops",)))
     assert meta == {"name": "my-kernel", "id": "_my_kernel_cpu_0123456789", "version": 2, "license": "mit",
                     "python-depends": ["einops"], "backend": {"type": "cpu"}}
+
+
+# ----------------------------------------------------------------------------- the variant digest
+
+DIGEST_AND_LOAD = """
+import json, sys
+from pathlib import Path
+import kernels, kernels_data
+from kernels import _rust
+root, variant = Path(sys.argv[1]), Path(sys.argv[2])
+for lib in (kernels_data, _rust):  # the standalone package and the copy kernels.verify uses
+    meta = lib.Metadata.read_from_file(variant / "metadata.json")
+    meta.digest.validate(lib.Digest.hash_variant(meta.digest.algorithm, variant))
+mod = kernels.get_local_kernel(root)
+# importing leaves __pycache__/ in the variant; the digest (like kernels) ignores byte code
+meta = kernels_data.Metadata.read_from_file(variant / "metadata.json")
+meta.digest.validate(kernels_data.Digest.hash_variant(meta.digest.algorithm, variant))
+print("RESULT", json.dumps({"name": str(meta.name), "algorithm": str(meta.digest.algorithm),
+      "files": sorted(meta.digest.files), "ops": sorted(n for n in dir(mod) if not n.startswith("_"))}))
+"""
+
+
+@pytest.mark.slow
+def test_catalogue_variant_carries_a_digest_kernels_verifies_and_still_loads(catalogue_kernel_dir: Path, tmp_path: Path) -> None:
+    # a copy, so importing it never writes byte code into the shared cached build
+    root = tmp_path / "harness_catalogue"
+    shutil.copytree(catalogue_kernel_dir, root, ignore=shutil.ignore_patterns("dist", "__pycache__", ".objs"))
+    (variant,) = [p.parent for p in (root / "build").glob("torch*/metadata.json")]
+    proc = run_python(DIGEST_AND_LOAD.replace("sys.argv[1]", repr(str(root))).replace("sys.argv[2]", repr(str(variant))))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))[len("RESULT "):])
+    assert result["name"] == "harness-catalogue" and result["algorithm"] == "sha256"
+    so = [f for f in result["files"] if f.endswith(".abi3.so")]
+    assert len(so) == 1 and "__init__.py" in result["files"] and "_ops.py" in result["files"]
+    assert "metadata.json" not in result["files"] and not any("__pycache__" in f for f in result["files"])
+    assert {"rms_norm", "softmax"} <= set(result["ops"])

@@ -58,6 +58,10 @@ def test_env_var_points_at_another_file(tmp_path, monkeypatch):
         ("build_command", "", "must not be empty"),
         ("install_command", "   ", "must not be empty"),
         ("build_command", 7, "must be a string"),
+        ("noise_threshold", -0.01, "fraction between 0 and 0.5"),
+        ("noise_threshold", 0.9, "fraction between 0 and 0.5"),
+        ("noise_threshold", "5%", "fraction between 0 and 0.5"),
+        ("noise_threshold", True, "fraction between 0 and 0.5"),
     ],
 )
 def test_bad_values_are_refused_with_the_key_named(tmp_path, key, value, fragment):
@@ -81,6 +85,13 @@ def test_missing_key_is_an_error(tmp_path):
     del data["max_trials"]
     with pytest.raises(UsageError, match="missing key.*max_trials"):
         load_config(write(tmp_path, data))
+
+
+def test_noise_threshold_is_optional_with_the_documented_default(tmp_path):
+    assert "noise_threshold" not in VALID  # a file written before the key existed still loads
+    assert load_config(write(tmp_path, VALID)).noise_threshold == 0.05
+    assert load_config(write(tmp_path, {**VALID, "noise_threshold": 0.02})).noise_threshold == 0.02
+    assert load_config(DEFAULT_CONFIG_PATH).noise_threshold == 0.05
 
 
 def test_vtune_bin_required_only_when_vtune_enabled(tmp_path):

@@ -25,6 +25,7 @@ import pytest
 import torch
 import yaml
 
+from kernel_harness.build.variant_digest import write_digest
 from kernel_harness.errors import ExitCode, HarnessError, UsageError
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.publish import PublishOptions, publish
@@ -72,6 +73,7 @@ def make_tiny_kernel(dest: Path, *, broken_import: bool = False, stale: bool = F
         (variant / "metadata.json").write_text(json.dumps(meta))
     if broken_import:
         (variant / "__init__.py").write_text("raise ImportError('undefined symbol: _ZN3fooE')\n")
+    write_digest(variant)  # what scripts/build_kernel.py records as its last step
     # copytree keeps the data files' times; make the build newer than the sources
     # so the publisher does not try to rebuild the stand-in.
     newest = max(p.stat().st_mtime for p in dest.rglob("*") if p.is_file()) + 10
@@ -231,6 +233,32 @@ def test_version_that_disagrees_with_the_build_metadata_is_refused(tmp_path: Pat
     )  # fmt: skip
     assert proc.returncode == 2
     assert "version 1" in proc.stderr and "rebuild" in proc.stderr
+
+
+def test_build_without_a_digest_is_rebuilt_or_refused(tmp_path: Path) -> None:
+    kernel = make_tiny_kernel(tmp_path / "k")
+    metadata = kernel / "build" / variant_name() / "metadata.json"
+    meta = json.loads(metadata.read_text())
+    del meta["digest"]  # as builds made before the builder recorded one
+    metadata.write_text(json.dumps(meta))
+    proc = run_publish(
+        kernel, "--repo-id", "me/tiny-kernel", "--dry-run", "--no-build",
+        "--baseline", DATA / "tiny_baseline.py", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "has no content digest" in proc.stderr and "drop --no-build" in " ".join(proc.stderr.split())
+
+
+def test_card_states_the_digest_algorithm_and_that_the_build_is_unsigned(dry_run: dict) -> None:
+    stage, report = dry_run["stage"], dry_run["report"]
+    integrity = report["integrity"]
+    assert integrity["ok"] is True and integrity["signed"] is False and integrity["algorithm"] == "sha256"
+    assert integrity["variants"][0]["variant"] == variant_name() and integrity["variants"][0]["files"] >= 3
+    card = (stage / "README.md").read_text()
+    assert "sha256 digest" in card and "**unsigned**" in card and "metadata.json.sigstore" in card
+    assert integrity["line"] in card  # listed under "Verification before publishing"
+    assert not list(stage.rglob("*.sigstore"))  # never fabricated
+    assert f"✓ {integrity['line'][:40]}" in dry_run["proc"].stdout
 
 
 def test_unloadable_stage_exits_3_and_uploads_nothing(tmp_path: Path) -> None:
@@ -538,3 +566,52 @@ def test_catalogue_kernel_dry_run(request: pytest.FixtureRequest, tmp_path: Path
     assert "`add_rms_norm(" in card and "`softmax(" in card  # the whole catalogue's API
     if BENCHMARK_CPU_EXISTS:
         assert re.search(r"\| publish-time check .*\| bfloat16 1024x4096 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", card)
+
+
+# -- the digest check before upload (a copy of the built catalogue kernel, tampered with) -----
+
+
+def _catalogue_copy(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, Path]:
+    try:
+        kernel_dir: Path = request.getfixturevalue("catalogue_kernel_dir")
+    except pytest.FixtureLookupError:
+        pytest.skip("the catalogue_kernel_dir fixture (tests/fixtures_kernels.py) is not available")
+    kernel = tmp_path / "harness_catalogue"
+    shutil.copytree(kernel_dir, kernel, ignore=shutil.ignore_patterns("dist", "__pycache__", ".objs"))
+    (variant,) = [p.parent for p in (kernel / "build").glob("torch*/metadata.json")]
+    return kernel, variant
+
+
+def _flip_last_byte(path: Path) -> str:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path.name
+
+
+TAMPERING = {
+    "hash-mismatch": lambda v: _flip_last_byte(next(v.glob("*.abi3.so"))),
+    "unknown-file": lambda v: (v / "payload.py").write_text("print('not built here')\n") and "payload.py",
+    "missing-file": lambda v: (v / "_ops.py").unlink() or "_ops.py",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(TAMPERING))
+def test_dry_run_refuses_a_variant_changed_after_the_build(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    kernel, variant = _catalogue_copy(request, tmp_path)
+    name = TAMPERING[kind](variant)
+    proc = run_publish(
+        kernel, "--repo-id", "me/harness-catalogue", "--dry-run", "--no-build",
+        "--baseline", PROJECT_ROOT / "examples" / "rms_norm" / "baseline.py", "--op", "harness_catalogue.rms_norm",
+        "--json", tmp_path / "r.json", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    message = " ".join(proc.stderr.split())
+    assert f"build/{variant.name}/{name}: {kind}" in message, message
+    assert "Rebuild in" in message and "scripts/build_kernel.py" in message
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["exit_code"] == 1 and report["uploaded"] is False
+    (checked,) = report["integrity"]["variants"]
+    assert [(v["kind"], v["path"]) for v in checked["violations"]] == [(kind, name)]
+    assert report["verification"] is None  # refused before the stage was ever imported

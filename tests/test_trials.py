@@ -17,6 +17,7 @@ from conftest import PROJECT_ROOT, run_script
 from kernel_harness.errors import CheckFailed, UsageError
 from kernel_harness.trials import commands
 from kernel_harness.trials.store import TrialStore
+from kernel_harness.trials.decisions import FASTER, INTERVALS, SAME, compare
 
 BASELINE = PROJECT_ROOT / "examples" / "rms_norm" / "baseline.py"
 
@@ -236,6 +237,25 @@ def test_trials_are_ranked_by_their_side_by_side_ratio(workspace):
     assert labels == {"t0": "3.00x", "t1": "2.50x (3.60x side by side)", "t2": "3.30x (2.80x side by side)"}
 
 
+def test_cached_baseline_trials_are_decided_by_their_spot_intervals(workspace):
+    """With --baseline-us the ranking ratio is the spot ratio; its interval (a few spot
+    rounds, so wide) decides, not its point estimate."""
+    record_benchmark_runs(workspace, [
+        {"speedup": 3.0, "baseline_us": 300.0, "kernel_us": 100.0, "speedup_ci": [2.8, 3.2]},
+        # higher point, but the spot interval overlaps t0's: no measurable difference
+        {"speedup": 3.1, "baseline_us": 300.0, "kernel_us": 97.0, "baseline_cached": True,
+         "speedup_spot": 3.4, "speedup_spot_ci": [3.1, 3.8]},
+        # separated from t0's interval: faster
+        {"speedup": 4.0, "baseline_us": 300.0, "kernel_us": 75.0, "baseline_cached": True,
+         "speedup_spot": 4.2, "speedup_spot_ci": [3.9, 4.5]},
+    ])
+    _, state, _ = commands.status("rms")
+    assert commands.best("rms")["best_trial"] == "t2"
+    assert compare(state.trial("t1"), state.trial("t0"), state, 0.05).verdict == SAME
+    assert compare(state.trial("t1"), state.trial("t0"), state, 0.05).basis == INTERVALS
+    assert compare(state.trial("t2"), state.trial("t0"), state, 0.05).verdict == FASTER
+
+
 def test_older_cached_results_rank_by_their_drift(workspace):
     """A result recorded before speedup_spot existed still has baseline_drift:
     speedup * (1 + drift) is the same side-by-side ratio; junk values are ignored."""
@@ -433,3 +453,457 @@ def test_sigkill_at_random_points_leaves_a_loadable_state(workspace):
     payload = commands.save("rms", kernel, strategy="after the kills", parent=None)
     assert payload["trial_id"] == f"t{before}"
     assert len(assert_tree_consistent(workspace)) == before + 1
+
+
+# ------------------------------------------------------------------ issue 19: decisions a busy machine cannot fool
+
+REPORT = PROJECT_ROOT / "tests" / "data" / "trials" / "benchmark_report.json"
+KERNEL_FIXTURE = PROJECT_ROOT / "tests" / "data" / "build_kernels" / "kh_scale"
+
+
+def report(workspace: Path, name: str, *, speedup: float | None = 9.5, ci: list | None = None,
+           conditions: dict | None = None, **overrides) -> Path:
+    """The recorded benchmark report (tests/data/trials/benchmark_report.json, with the
+    keys issue 19 adds) with one run's numbers; baseline_us / kernel_us = speedup."""
+    data = json.loads(REPORT.read_text())
+    data.update({"baseline_file": str(BASELINE), "speedup": speedup, "kernel_us": 100.0, "speedup_ci": ci,
+                 "baseline_us": round(100.0 * speedup, 3) if speedup is not None else None})
+    data["conditions"] = {**data["conditions"], **(conditions or {})}
+    data.update(overrides)
+    path = workspace / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def tm(workspace: Path, *args) -> subprocess.CompletedProcess:
+    return run_script("trial_manager", *args, cwd=workspace)
+
+
+def status_json(workspace: Path) -> dict:
+    proc = tm(workspace, "status", "rms", "--json", "status.json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((workspace / "status.json").read_text()) | {"stdout": proc.stdout}
+
+
+def config_with(workspace: Path, monkeypatch, **values) -> None:
+    import yaml
+
+    shipped = yaml.safe_load((PROJECT_ROOT / "scripts" / "config.yaml").read_text())
+    path = workspace / "config.yaml"
+    path.write_text(yaml.safe_dump({**shipped, **values}))
+    monkeypatch.setenv("KERNEL_HARNESS_CONFIG", str(path))
+
+
+def save_and_record(workspace: Path, index: int, parent: str | None, json_path: Path, *extra: str) -> str:
+    kernel = make_kernel(workspace)
+    (kernel / "demo_cpu" / "demo_avx512.cpp").write_text(f"int f() {{ return {index}; }}")
+    argv = ["save", "rms", kernel, "--strategy", f"change {index}"] + (["--parent", parent] if parent else [])
+    proc = tm(workspace, *argv)
+    assert proc.returncode == 0, proc.stderr
+    trial_id = f"t{index}"
+    proc = tm(workspace, "result", "rms", trial_id, "--from-json", json_path, *extra)
+    assert proc.returncode == 0, proc.stderr
+    return trial_id
+
+
+def test_rope_run_replayed_keeps_t0_until_an_interval_separates(workspace, monkeypatch):
+    """The RoPE run of issue 19 on a loaded 2-vCPU machine: t0 unpinned 4.3-26.8x, t1 pinned
+    6.8-10.4x (was called a regression), t2 53.85x whose interval reaches down to 17.1x (fired
+    the early stop at early_stop_speedup 25)."""
+    config_with(workspace, monkeypatch, early_stop_speedup=25.0, noise_threshold=0.05)
+    assert tm(workspace, "init", "rms", BASELINE).returncode == 0
+    save_and_record(workspace, 0, None, report(workspace, "t0", speedup=9.5, ci=[4.3, 26.8],
+                                               conditions={"pinned": False}, pinned=False))
+    save_and_record(workspace, 1, "t0", report(workspace, "t1", speedup=8.4, ci=[6.8, 10.4],
+                                               conditions={"pinned": True, "load_before": 3.4}, pinned=True))
+    status = status_json(workspace)
+    assert status["best_trial"] == "t0" and status["regression_of"] is None
+    assert status["decisions"]["t1"]["vs_parent"]["verdict"] == "no measurable difference"
+    assert status["decisions"]["t1"]["vs_parent"]["basis"] == "intervals"
+    assert status["decisions"]["t1"]["conditions_differ_from_parent"] == ["pinned (parent unpinned)"]
+    assert "other conditions than its parent" in status["stdout"]
+    assert not any("regressed" in line for line in status["advice"])
+    assert any("t1 against the best t0: no measurable difference" in line for line in status["advice"])
+
+    save_and_record(workspace, 2, "t1", report(workspace, "t2", speedup=53.85, ci=[17.1, 91.2],
+                                               conditions={"pinned": True}, pinned=True))
+    status = status_json(workspace)
+    assert status["best_trial"] == "t0" and status["early_stop"] is False
+    assert not any("Early stop" in line for line in status["advice"])
+    assert "no measurable difference" in status["stdout"]
+    best = tm(workspace, "best", "rms")
+    assert best.stdout.strip() == "t0"
+
+    # an interval that separates from t0's takes the lead; its low above 25 stops early
+    save_and_record(workspace, 3, "t2", report(workspace, "t3", speedup=40.0, ci=[30.0, 52.0],
+                                               conditions={"pinned": True}, pinned=True))
+    status = status_json(workspace)
+    assert status["best_trial"] == "t3" and status["early_stop"] is True
+    assert status["decisions"]["t3"]["vs_parent"]["verdict"] == "no measurable difference"  # vs t2
+    proc = tm(workspace, "best", "rms", "--json", "best.json")
+    assert json.loads((workspace / "best.json").read_text())["speedup_ci"] == [30.0, 52.0]
+    # the picture marks t1 (pinned, its parent was not) and still draws
+    from kernel_harness.trials.render import png_node
+
+    _, state, insights = commands.status("rms")
+    assert png_node(state.trial("t1"), insights)[2] is True and png_node(state.trial("t2"), insights)[2] is False
+    assert "other conditions than parent: pinned (parent unpinned)" in png_node(state.trial("t1"), insights)[1]
+    assert "[6.80-10.40x]" in png_node(state.trial("t1"), insights)[1]
+    assert tm(workspace, "finalize", "rms", "output").returncode == 0
+    assert (workspace / "output" / "trial_tree.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_early_stop_needs_the_interval_above_the_threshold(workspace, monkeypatch):
+    config_with(workspace, monkeypatch, early_stop_speedup=25.0)
+    tm(workspace, "init", "rms", BASELINE)
+    save_and_record(workspace, 0, None, report(workspace, "t0", speedup=53.85, ci=[17.1, 91.2]))
+    status = status_json(workspace)
+    assert status["best_trial"] == "t0" and status["early_stop"] is False
+    assert any("goes down to 17.10x" in note for note in status["notes"])
+
+
+def test_regression_needs_the_interval_below(workspace, monkeypatch):
+    config_with(workspace, monkeypatch)
+    tm(workspace, "init", "rms", BASELINE)
+    save_and_record(workspace, 0, None, report(workspace, "t0", speedup=9.0, ci=[8.4, 9.6]))
+    save_and_record(workspace, 1, "t0", report(workspace, "t1", speedup=6.0, ci=[5.6, 6.4]))
+    status = status_json(workspace)
+    assert status["regression_of"] == "t1" and status["best_trial"] == "t0"
+    assert status["decisions"]["t1"]["vs_parent"]["verdict"] == "slower"
+    assert any("--parent t0" in line and "checkout" in line for line in status["advice"])
+
+
+def test_noise_threshold_decides_separated_but_small_differences(workspace, monkeypatch):
+    """Intervals narrower than the benchmark's floor (an older report): separated by 3 %.
+    Below the 5 % threshold that is no change; with noise_threshold 0.01 it is one."""
+    config_with(workspace, monkeypatch, noise_threshold=0.05)
+    tm(workspace, "init", "rms", BASELINE)
+    save_and_record(workspace, 0, None, report(workspace, "t0", speedup=3.0, ci=[2.99, 3.01]))
+    save_and_record(workspace, 1, "t0", report(workspace, "t1", speedup=3.09, ci=[3.08, 3.10]))
+    status = status_json(workspace)
+    assert status["best_trial"] == "t0" and status["noise_threshold"] == 0.05
+    assert "within the noise threshold" in status["decisions"]["t1"]["vs_parent"]["detail"]
+    config_with(workspace, monkeypatch, noise_threshold=0.01)
+    assert status_json(workspace)["best_trial"] == "t1"
+    config_with(workspace, monkeypatch, noise_threshold=-0.1)
+    proc = tm(workspace, "best", "rms")
+    assert proc.returncode == 0 and "noise_threshold" in proc.stderr  # bad config: warned, default used
+
+
+def test_side_by_side_ratio_against_the_parent_decides_first(workspace, monkeypatch):
+    config_with(workspace, monkeypatch)
+    tm(workspace, "init", "rms", BASELINE)
+    save_and_record(workspace, 0, None, report(workspace, "t0", speedup=3.0, ci=[2.8, 3.2]))
+    faster = {"against": "kernel_t0", "ratio": 1.12, "ci": [1.07, 1.17], "verdict": "faster",
+              "against_build_id": None}
+    save_and_record(workspace, 1, "t0", report(workspace, "t1", speedup=3.1, ci=[2.9, 3.4], vs_against=faster))
+    status = status_json(workspace)
+    assert status["best_trial"] == "t1"  # the intervals overlap; side by side it is 12 % faster
+    assert status["decisions"]["t1"]["vs_parent"]["basis"] == "side by side (--against)"
+    within = {**faster, "ratio": 1.03, "ci": [1.01, 1.05]}  # significant, but within 5 %
+    save_and_record(workspace, 2, "t1", report(workspace, "t2", speedup=3.2, ci=[3.0, 3.4], vs_against=within))
+    status = status_json(workspace)
+    assert status["best_trial"] == "t1"
+    assert status["decisions"]["t2"]["vs_parent"]["verdict"] == "no measurable difference"
+    slower = {**faster, "ratio": 0.85, "ci": [0.81, 0.89], "verdict": "slower"}
+    save_and_record(workspace, 3, "t1", report(workspace, "t3", speedup=3.0, ci=[2.8, 3.2], vs_against=slower))
+    status = status_json(workspace)
+    assert status["regression_of"] == "t3" and status["best_trial"] == "t1"
+
+
+def test_results_without_interval_fall_back_to_points_with_a_note(workspace):
+    build_history(workspace, [2.0, 3.0], [None, "t0"])
+    status = status_json(workspace)
+    assert status["best_trial"] == "t1"
+    assert status["decisions"]["t1"]["vs_parent"]["basis"] == "point estimates"
+    assert any("no speedup interval" in note for note in status["notes"])
+
+
+def test_conditions_travel_with_the_result(workspace):
+    tm(workspace, "init", "rms", BASELINE)
+    save_and_record(workspace, 0, None, report(workspace, "t0", ci=[4.3, 26.8],
+                                               conditions={"oversubscribed": True, "tier_ran": "avx2"}))
+    state = json.loads((workspace / "trials" / "rms" / "state.json").read_text())
+    assert state["schema"] == 2
+    conditions = status_json(workspace)["decisions"]["t0"]["conditions"]
+    assert conditions == {
+        "cpu_model": "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", "supported_tiers": ["generic", "avx2", "avx512"],
+        "tier_ran": "avx2", "threads": 2, "pinned": False, "load_before": 3.3, "load_after": 4.4,
+        "oversubscribed": True, "reliable": True, "speedup_ci": [4.3, 26.8]}
+    assert "OVERSUBSCRIBED" in status_json(workspace)["stdout"]
+
+
+def test_conditions_of_an_older_report_are_read_from_its_keys(workspace):
+    old = json.loads(REPORT.read_text())
+    for key in ("conditions", "reliable", "unreliable_reasons", "vs_against", "kernel_build"):
+        old.pop(key)
+    (workspace / "old.json").write_text(json.dumps(old))
+    tm(workspace, "init", "rms", BASELINE)
+    save_and_record(workspace, 0, None, workspace / "old.json")
+    conditions = status_json(workspace)["decisions"]["t0"]["conditions"]
+    assert conditions["pinned"] is False and conditions["threads"] == 2 and conditions["load_after"] == 3.3
+    assert conditions["oversubscribed"] is True  # load 3.3 on 2 logical CPUs, the rule of that time
+    assert conditions["speedup_ci"] == [4.3, 26.8] and conditions["tier_ran"] is None
+
+
+def test_unreliable_run_is_refused_unless_accepted(workspace):
+    tm(workspace, "init", "rms", BASELINE)
+    tm(workspace, "save", "rms", make_kernel(workspace), "--strategy", "a")
+    busy = report(workspace, "busy", ci=[7.4, 61.0], reliable=False,
+                  unreliable_reasons=["kernel worker got 0.52 of a CPU per wall second"])
+    proc = tm(workspace, "result", "rms", "t0", "--from-json", busy)
+    assert proc.returncode == 2 and "0.52 of a CPU" in proc.stderr and "--accept-unreliable" in proc.stderr
+    assert TrialStore("rms").load().trial("t0").result is None
+    proc = tm(workspace, "result", "rms", "t0", "--from-json", busy, "--accept-unreliable")
+    assert proc.returncode == 0, proc.stderr
+    assert TrialStore("rms").load().trial("t0").result.accepted_unreliable is True
+    status = status_json(workspace)
+    assert status["decisions"]["t0"]["accepted_unreliable"] is True and "UNRELIABLE" in status["stdout"]
+    # an incorrect run has no timing to distrust
+    tm(workspace, "save", "rms", make_kernel(workspace), "--strategy", "b")
+    failed = report(workspace, "failed", correct=False, speedup=None, baseline_us=None, kernel_us=None, reliable=False)
+    assert tm(workspace, "result", "rms", "t1", "--from-json", failed).returncode == 0
+
+
+def copy_kernel(workspace: Path) -> Path:
+    import shutil
+
+    kernel = workspace / "kernel"
+    shutil.copytree(KERNEL_FIXTURE, kernel)
+    return kernel
+
+
+def test_saved_copy_has_the_build_id_of_its_sources(workspace):
+    from kernel_harness.trials.buildid import content_id_of
+
+    kernel = copy_kernel(workspace)
+    tm(workspace, "init", "rms", BASELINE)
+    proc = tm(workspace, "save", "rms", kernel, "--strategy", "a", "--json", "save.json")
+    assert proc.returncode == 0, proc.stderr
+    build_id = content_id_of(kernel)
+    assert build_id and TrialStore("rms").load().trial("t0").build_id == build_id
+    assert content_id_of(workspace / "trials" / "rms" / "t0") == build_id  # the copy holds all it hashes
+    # a file the content id hashes that is no C++ source by suffix (a .cuh in an include dir)
+    (kernel / "kh_scale_cpu" / "table.cuh").write_text("// hashed by content_id\n")
+    assert tm(workspace, "save", "rms", kernel, "--strategy", "b").returncode == 0
+    saved = TrialStore("rms").load().trial("t1")
+    assert "kh_scale_cpu/table.cuh" in saved.files and saved.build_id == content_id_of(kernel) != build_id
+
+
+def test_result_refuses_a_json_of_another_build(workspace):
+    from kernel_harness.trials.buildid import content_id_of
+
+    kernel = copy_kernel(workspace)
+    tm(workspace, "init", "rms", BASELINE)
+    tm(workspace, "save", "rms", kernel, "--strategy", "a")
+    t0_id = content_id_of(kernel)
+    source = next((kernel / "kh_scale_cpu").glob("*.cpp"))
+    source.write_text(source.read_text() + "\n// t1\n")
+    tm(workspace, "save", "rms", kernel, "--strategy", "b", "--parent", "t0")
+    t1_id = content_id_of(kernel)
+    of_t0 = report(workspace, "of_t0", kernel_build={"module": f"_kh_scale_cpu_{t0_id}", "build_id": t0_id})
+    proc = tm(workspace, "result", "rms", "t1", "--from-json", of_t0)
+    assert proc.returncode == 2 and t0_id in proc.stderr and t1_id in proc.stderr
+    assert "It is t0's build" in proc.stderr and "Traceback" not in proc.stderr
+    assert TrialStore("rms").load().trial("t1").result is None
+    assert tm(workspace, "result", "rms", "t0", "--from-json", of_t0).returncode == 0
+    stranger = report(workspace, "stranger", kernel_build={"module": "_kh_scale_cpu_ffffffffff", "build_id": None})
+    proc = tm(workspace, "result", "rms", "t1", "--from-json", stranger)  # the id is read from the module name
+    assert proc.returncode == 2 and "ffffffffff" in proc.stderr and "No saved trial has that build" in proc.stderr
+
+
+def test_save_warns_when_sources_differ_from_the_last_build(workspace):
+    from kernel_harness.trials.buildid import content_id_of
+
+    kernel = copy_kernel(workspace)
+    variant = kernel / "build" / "torch213-cxx11-cpu-x86_64-linux"
+    variant.mkdir(parents=True)
+    (variant / "metadata.json").write_text(json.dumps({"id": f"_kh_scale_cpu_{content_id_of(kernel)}"}))
+    tm(workspace, "init", "rms", BASELINE)
+    proc = tm(workspace, "save", "rms", kernel, "--strategy", "built as is")
+    assert proc.returncode == 0 and "last build" not in proc.stderr
+    (kernel / "build.toml").write_text((kernel / "build.toml").read_text() + "\n# edited after the build\n")
+    proc = tm(workspace, "save", "rms", kernel, "--strategy", "edited")
+    assert proc.returncode == 0 and "differ from its last build" in " ".join(proc.stderr.split())
+
+
+def test_checkout_restores_a_trial_and_protects_unsaved_work(workspace):
+    kernel = make_kernel(workspace)
+    tm(workspace, "init", "rms", BASELINE)
+    tm(workspace, "save", "rms", kernel, "--strategy", "a")
+    (kernel / "demo_cpu" / "demo_avx512.cpp").write_text("int f() { return 2; }")
+    (kernel / "demo_cpu" / "extra.hpp").write_text("#pragma once // t1 only\n")
+    tm(workspace, "save", "rms", kernel, "--strategy", "b", "--parent", "t0")
+    proc = tm(workspace, "checkout", "rms", "t0", kernel)
+    assert proc.returncode == 0, proc.stderr
+    assert (kernel / "demo_cpu" / "demo_avx512.cpp").read_text() == "int f() { return 1; }"
+    assert not (kernel / "demo_cpu" / "extra.hpp").exists()  # t0 never had it
+    assert (kernel / "dist" / "demo-0.1-py3-none-any.whl").exists()  # build products are left alone
+    # unsaved work: refused, nothing touched
+    (kernel / "demo_cpu" / "demo_avx512.cpp").write_text("int f() { return 99; } // unsaved")
+    proc = tm(workspace, "checkout", "rms", "t1", kernel)
+    assert proc.returncode == 2 and "demo_cpu/demo_avx512.cpp" in proc.stderr and "--force" in proc.stderr
+    assert "unsaved" in (kernel / "demo_cpu" / "demo_avx512.cpp").read_text()
+    # --force keeps a copy first
+    proc = tm(workspace, "checkout", "rms", "t1", kernel, "--force", "--json", "co.json")
+    assert proc.returncode == 0, proc.stderr
+    stash = Path(json.loads((workspace / "co.json").read_text())["stashed_to"])
+    assert stash.parent == workspace / "trials" / "rms" / ".stash"
+    assert "unsaved" in (stash / "demo_cpu" / "demo_avx512.cpp").read_text()
+    assert (kernel / "demo_cpu" / "extra.hpp").is_file()
+    assert tm(workspace, "checkout", "rms", "t7", kernel).returncode == 2
+    fresh = workspace / "elsewhere"
+    assert tm(workspace, "checkout", "rms", "t1", fresh).returncode == 0  # a new directory is fine
+    assert (fresh / "build.toml").is_file()
+
+
+def test_finalize_records_the_final_measurement(workspace):
+    tm(workspace, "init", "rms", BASELINE)
+    save_and_record(workspace, 0, None, report(workspace, "t0", speedup=9.0, ci=[8.5, 9.5], kernel_build=None))
+    assert tm(workspace, "finalize", "rms", "output").returncode == 0
+    assert json.loads((workspace / "output" / "summary.json").read_text())["final"] is None
+    incorrect = report(workspace, "bad", correct=False, speedup=None, baseline_us=None, kernel_us=None)
+    proc = tm(workspace, "finalize", "rms", "output", "--final-json", incorrect)
+    assert proc.returncode == 1 and "incorrect final run" in proc.stderr
+    other = workspace / "other_baseline.py"
+    other.write_text(BASELINE.read_text() + "\n# another baseline\n")
+    proc = tm(workspace, "finalize", "rms", "output", "--final-json",
+              report(workspace, "other", baseline_file=str(other), kernel_build=None))
+    assert proc.returncode == 2 and "another baseline" in proc.stderr
+    cached = report(workspace, "cached", baseline_cached=True, kernel_build=None)
+    assert tm(workspace, "finalize", "rms", "output", "--final-json", cached).returncode == 2
+    assert json.loads((workspace / "output" / "summary.json").read_text())["final"] is None
+    final = report(workspace, "final", speedup=8.8, ci=[8.3, 9.3], kernel_build=None,
+                   conditions={"pinned": True, "load_before": 0.2, "load_after": 0.3})
+    proc = tm(workspace, "finalize", "rms", "output", "--final-json", final)
+    assert proc.returncode == 0, proc.stderr
+    recorded = json.loads((workspace / "output" / "summary.json").read_text())["final"]
+    assert recorded["correct"] is True and recorded["speedup"] == 8.8 and recorded["speedup_ci"] == [8.3, 9.3]
+    assert recorded["conditions"]["pinned"] is True and recorded["conditions"]["threads"] == 2
+    assert recorded["trial"] == "t0" and recorded["source"] == str(final.resolve())
+    assert "## Final measurement" in (workspace / "output" / "summary.md").read_text()
+    assert "8.80x (interval 8.30-9.30x)" in (workspace / "output" / "summary.md").read_text()
+    assert tm(workspace, "finalize", "rms", "output").returncode == 0  # re-finalizing keeps it
+    assert json.loads((workspace / "output" / "summary.json").read_text())["final"]["speedup"] == 8.8
+
+
+def test_finalize_refuses_a_final_run_of_another_build(workspace):
+    kernel = copy_kernel(workspace)
+    tm(workspace, "init", "rms", BASELINE)
+    tm(workspace, "save", "rms", kernel, "--strategy", "a")
+    tm(workspace, "result", "rms", "t0", "--correctness", "pass", "--speedup", "2", "--baseline_us", "200",
+       "--kernel_us", "100")
+    proc = tm(workspace, "finalize", "rms", "output", "--final-json", report(workspace, "final"))
+    assert proc.returncode == 2 and "0123abcdef" in proc.stderr and "finalized trial t0" in proc.stderr
+
+
+def test_files_keep_the_users_umask(workspace):
+    """Trial copies, finalized sources and summaries are 0644 under umask 022, even when
+    the kernel's files were 0600 (as atomic writes made them before)."""
+    previous = os.umask(0o022)
+    try:
+        kernel = make_kernel(workspace)
+        for path in kernel.rglob("*"):
+            if path.is_file():
+                path.chmod(0o600)
+        tm(workspace, "init", "rms", BASELINE)
+        tm(workspace, "save", "rms", kernel, "--strategy", "a")
+        tm(workspace, "result", "rms", "t0", "--correctness", "pass", "--speedup", "2", "--baseline_us", "200",
+           "--kernel_us", "100")
+        assert tm(workspace, "finalize", "rms", "output").returncode == 0
+        from kernel_harness.atomic import atomic_write_text
+
+        atomic_write_text(workspace / "generated.cpp", "// generated\n")
+    finally:
+        os.umask(previous)
+    files = [p for p in (workspace / "trials" / "rms" / "t0").rglob("*") if p.is_file()]
+    files += [p for p in (workspace / "output").rglob("*") if p.is_file()]
+    files += [workspace / "trials" / "rms" / "state.json", workspace / "generated.cpp"]
+    assert len(files) > 8
+    modes = {str(p.relative_to(workspace)): oct(p.stat().st_mode & 0o777) for p in files}
+    assert set(modes.values()) == {"0o644"}, modes
+
+
+def _schema1_state(workspace: Path) -> Path:
+    """A tree written by the harness before issue 19 (schema 1, no baseline history)."""
+    build_history(workspace, [3.0], [None])
+    path = workspace / "trials" / "rms" / "state.json"
+    data = json.loads(path.read_text())
+    data["schema"] = 1
+    data.pop("baseline_times")
+    for trial in data["trials"]:
+        trial.pop("build_id")
+        trial["result"].pop("accepted_unreliable")
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_old_state_files_still_load(workspace):
+    _schema1_state(workspace)
+    status = status_json(workspace)
+    assert status["best_trial"] == "t0"
+    assert tm(workspace, "baseline-us", "rms").stdout.strip() == "300.000"
+
+
+def test_baseline_refresh_times_it_again_and_keeps_history(workspace):
+    small = PROJECT_ROOT / "tests" / "data" / "baselines" / "rms_norm_small.py"
+    tm(workspace, "init", "rms", small)
+    kernel = make_kernel(workspace)
+    tm(workspace, "save", "rms", kernel, "--strategy", "a")
+    tm(workspace, "result", "rms", "t0", "--correctness", "pass", "--speedup", "2", "--baseline_us", "90000",
+       "--kernel_us", "45000")
+    proc = run_script("trial_manager", "baseline-us", "rms", "--refresh", "--rounds", "3", "--threads", "1",
+                      "--json", "b.json", cwd=workspace, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads((workspace / "b.json").read_text())
+    value = float(proc.stdout.strip().splitlines()[-1])
+    assert value == pytest.approx(payload["baseline_us"], abs=1e-3) and 0 < value < 90000
+    assert payload["previous_baseline_us"] == 90000.0
+    assert [h["source"] for h in payload["history"]] == ["result t0", "refresh"]
+    conditions = payload["conditions"]
+    assert conditions["threads"] == 1 and isinstance(conditions["load_before"], float)
+    assert conditions["cpu_model"] and "generic" in conditions["supported_tiers"]
+    import shutil
+
+    if shutil.which("numactl") and payload["history"][-1]["details"]["pinned_via"].startswith("numactl"):
+        assert conditions["pinned"] is True
+    assert float(tm(workspace, "baseline-us", "rms").stdout.strip()) == pytest.approx(value, abs=1e-3)
+    state = json.loads((workspace / "trials" / "rms" / "state.json").read_text())
+    assert len(state["baseline_times"]) == 2
+
+
+def test_baseline_refresh_refuses_a_changed_baseline(workspace):
+    baseline = workspace / "baseline.py"
+    baseline.write_text(BASELINE.read_text())
+    tm(workspace, "init", "rms", baseline)
+    baseline.write_text(BASELINE.read_text() + "\n# changed\n")
+    proc = tm(workspace, "baseline-us", "rms", "--refresh")
+    assert proc.returncode == 2 and "changed" in proc.stderr
+    assert tm(workspace, "baseline-us", "rms", "--threads", "2").returncode == 2  # --threads needs --refresh
+
+
+def test_side_by_side_against_the_best_is_found_by_build_id(workspace, monkeypatch):
+    """t2 (a child of t1) was timed --against t0's build, the best: its vs_against names t0's
+    build id, so it is compared with t0 side by side, not taken to be its parent's ratio."""
+    from kernel_harness.trials.buildid import content_id_of
+
+    config_with(workspace, monkeypatch)
+    kernel = copy_kernel(workspace)
+    source = kernel / "kh_scale_cpu" / "kh_scale_cpu.cpp"
+    tm(workspace, "init", "rms", BASELINE)
+    ids = []
+    for index, (ci, vs) in enumerate([([2.8, 3.2], None), ([2.9, 3.3], None), ([2.9, 3.4], "t0")]):
+        source.write_text(source.read_text() + f"\n// change {index}\n")
+        ids.append(content_id_of(kernel))
+        parent = ["--parent", f"t{index - 1}"] if index else []
+        assert tm(workspace, "save", "rms", kernel, "--strategy", f"change {index}", *parent).returncode == 0
+        against = None if vs is None else {"against": "t0_build", "ratio": 1.15, "ci": [1.09, 1.21],
+                                           "verdict": "faster", "against_build_id": ids[0]}
+        json_path = report(workspace, f"t{index}", speedup=3.0 + 0.05 * index, ci=ci, vs_against=against,
+                           kernel_build={"module": f"_kh_scale_cpu_{ids[-1]}", "build_id": ids[-1]})
+        proc = tm(workspace, "result", "rms", f"t{index}", "--from-json", json_path)
+        assert proc.returncode == 0, proc.stderr
+    status = status_json(workspace)
+    assert status["best_trial"] == "t2"
+    assert status["decisions"]["t1"]["vs_parent"]["verdict"] == "no measurable difference"
+    assert status["decisions"]["t2"]["vs_parent"]["basis"] == "intervals"  # its ratio is against t0, not t1

@@ -211,10 +211,79 @@ def test_torch_header_in_tier_unit(kernel: Path) -> None:
     assert finding.file == AVX512 and finding.line == 4
 
 
-def test_underscore_name_warns_about_kernel_builder(kernel: Path) -> None:
+def test_underscore_name_is_refused_with_kernels_data_message(kernel: Path, script, tmp_path: Path) -> None:
+    import kernels_data
+
+    with pytest.raises(ValueError) as refused:
+        kernels_data.KernelName("kh_scale")
     edit(kernel, "build.toml", 'name = "kh-scale"', 'name = "kh_scale"')
-    finding = only_warning(kernel, "kernel-builder-name")
-    assert "'kh-scale'" in finding.message
+    finding = only_error(kernel, "invalid-kernel-name")
+    assert finding.file == "build.toml" and finding.line == 3
+    assert str(refused.value) in finding.message and "name = 'kh-scale'" in finding.message
+    proc = script("validate_cpu_kernel", kernel, "--json", tmp_path / "r.json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (error,) = json.loads((tmp_path / "r.json").read_text())["errors"]
+    assert error["code"] == "invalid-kernel-name" and str(refused.value) in error["message"]
+
+
+# ----------------------------------------------------------------------------- an existing build
+
+
+def fake_variant(kernel: Path) -> Path:
+    """A build/<variant>/ with the files the builder writes (a stand-in .so) and its kernels-data digest."""
+    from kernel_harness.build.codegen import Names, metadata_json
+    from kernel_harness.build.variant_digest import write_digest
+
+    variant = kernel / "build" / "torch213-cxx11-cpu-x86_64-linux"
+    variant.mkdir(parents=True)
+    names = Names(python_name="kh_scale", metadata_name="kh-scale", build_id="0123456789")
+    (variant / "__init__.py").write_text("from ._ops import ops\n")
+    (variant / "_ops.py").write_text("ops = None\n")
+    (variant / f"{names.ext_name}.abi3.so").write_bytes(b"\x7fELF" + bytes(64))
+    (variant / "metadata.json").write_text(metadata_json(names, version=1, license="apache-2.0", python_depends=()))
+    write_digest(variant)
+    return variant
+
+
+def test_built_variant_with_its_digest_is_clean(kernel: Path) -> None:
+    variant = fake_variant(kernel)
+    (variant / "__pycache__").mkdir()  # what importing it leaves behind; kernels ignores it too
+    (variant / "__pycache__" / "_ops.cpython-311.pyc").write_bytes(b"x")
+    report = validate_kernel(kernel)
+    assert report.ok and report.warnings == [], report.as_dict()
+
+
+def test_built_variant_changed_after_the_build(kernel: Path) -> None:
+    variant = fake_variant(kernel)
+    so = next(variant.glob("*.so"))
+    so.write_bytes(so.read_bytes()[:-1] + b"\x01")
+    (variant / "extra.py").write_text("")
+    (variant / "_ops.py").unlink()
+    report = validate_kernel(kernel)
+    found = {(f.code, f.file) for f in report.errors}
+    rel = variant.relative_to(kernel).as_posix()
+    assert found == {
+        ("digest-mismatch", f"{rel}/{so.name}"),
+        ("digest-mismatch", f"{rel}/extra.py"),
+        ("digest-mismatch", f"{rel}/_ops.py"),
+    }, report.as_dict()
+    messages = " ".join(f.message for f in report.errors)
+    for words in (f"File hash mismatch for {so.name}", "Unknown file: extra.py", "Missing file: _ops.py"):
+        assert words in messages  # kernels-data's own wording
+    assert "scripts/build_kernel.py" in messages
+
+
+def test_built_variant_without_digest_or_with_bad_metadata(kernel: Path) -> None:
+    variant = fake_variant(kernel)
+    meta = json.loads((variant / "metadata.json").read_text())
+    del meta["digest"]
+    (variant / "metadata.json").write_text(json.dumps(meta))
+    finding = only_warning(kernel, "no-digest")
+    assert "has no digest" in finding.message and "scripts/build_kernel.py" in finding.message
+    meta["name"] = "kh_scale"
+    (variant / "metadata.json").write_text(json.dumps(meta))
+    finding = only_error(kernel, "invalid-metadata")
+    assert "Invalid kernel name `kh_scale`" in finding.message
 
 
 def test_every_code_has_a_test() -> None:

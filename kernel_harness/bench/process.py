@@ -59,6 +59,28 @@ def with_steady_malloc(env: dict[str, str]) -> dict[str, str]:
     return steady
 
 
+#: OMP_WAIT_POLICY given to every timing worker unless the environment sets one.
+OMP_WAIT_POLICY = "PASSIVE"
+
+
+def worker_env(threads: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of every timing worker (kernel, baseline, --against, a refreshed baseline).
+
+    One definition, so a baseline time cached by ``trial_manager.py baseline-us
+    --refresh`` is measured under the settings the benchmark later compares it with:
+    the allocator steady state (STEADY_MALLOC_ENV), the same thread count for torch
+    and for a kernel's own OpenMP, and idle OpenMP threads that sleep instead of
+    spinning, so the worker waiting for its next round takes no CPU time from the
+    one being timed (with two busy loops on a 2-vCPU machine, spinning idle threads
+    made an identical kernel read 0.55x-10.9x; passive, 0.96-1.03x). A wait policy
+    the user set wins.
+    """
+    env = with_steady_malloc(dict(os.environ if base is None else base))
+    env["OMP_NUM_THREADS"] = str(threads)
+    env.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
+    return env
+
+
 def is_steady_malloc(env: dict[str, str]) -> bool:
     """Whether ``env`` already has everything :func:`with_steady_malloc` would add."""
     return with_steady_malloc(env) == env
@@ -177,7 +199,10 @@ class WorkerProcess:
         if code == int(ExitCode.CHECK_FAILED):
             return CheckFailed(message)
         if code == int(ExitCode.KERNEL_CRASHED):
-            return KernelCrashed(message)
+            err = KernelCrashed(f"The --against build could not be loaded: {message}"
+                                if self.role == "against" else message)
+            err.crash = {"role": self.role, "kind": "could-not-load", "during": what}  # type: ignore[attr-defined]
+            return err
         tb = reply.get("traceback", "")
         err = KernelCrashed(
             f"The {self.role} raised an exception during {what}: {message}. "

@@ -6,7 +6,11 @@ Stable JSON keys (``trial_manager.py result --from-json`` reads ``correct``,
 ``tiers``, ``acceptance_rule``, ``aten_ops``, ``versions``, ``machine``; plus
 ``speedup_ci``, ``speedup_verdict``, ``baseline_cached``, ``tolerances``,
 ``oracle``, ``delegation``, ``throughput``, ``timing``, ``input_sets``,
-``dispatch_violations``, ``notes``, ``crash``.
+``dispatch_violations``, ``notes``, ``crash``; plus (issue 19) ``conditions`` (CPU,
+tiers, the tier that ran, threads, pinning, load before/after, ``oversubscribed``,
+``omp_wait_policy`` and what the run measured of its machine), ``reliable`` and
+``unreliable_reasons``, ``kernel_build`` (the loaded op namespace and its content
+id) and ``vs_against`` (``--against``: ratio, interval, verdict).
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from rich.table import Table
 from .. import __version__
 from ..cpu import cpu_model
 from ..portability import record_tier_evidence
-from .runner import DRIFT_NOTE, BenchResult, baseline_drift, spot_speedup
-from .runner import _last_level_cache_bytes as llc_bytes
+from .options import DRIFT_NOTE, BenchResult, baseline_drift, spot_speedup
+from .throughput import last_level_cache_bytes as llc_bytes
 
 SCHEMA_VERSION = 1
 
@@ -55,6 +59,13 @@ def machine() -> dict[str, Any]:
             "llc_bytes": llc_bytes(), "arch": platform.machine(), "platform": sys.platform}
 
 
+def _ci(s: Any) -> list[float | None] | None:
+    """A Speedup's interval as [low, high], or None without one."""
+    if s is None or s.ci_low is None:
+        return None
+    return [_num(s.ci_low, 4), _num(s.ci_high, 4)]
+
+
 def _num(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
@@ -80,6 +91,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         "baseline_spot_us": _num(result.baseline_spot.median_us) if result.baseline_spot else None,
         "baseline_drift": _num(baseline_drift(result), 4),
         "speedup_spot": _num(spot_speedup(result), 4),
+        "speedup_spot_ci": _ci(result.speedup_spot),
         "iqr": {
             "baseline_us": _num(result.baseline.iqr_us) if result.baseline else None,
             "kernel_us": _num(result.kernel.iqr_us) if result.kernel else None,
@@ -116,9 +128,35 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         "versions": versions(kernel_version),
         "machine": machine(),
         "crash": crash,
+        "conditions": _conditions(result),
+        "reliable": bool(result.reliable),
+        "unreliable_reasons": list(result.unreliable_reasons),
+        "unreliable_advice": result.unreliable_advice,
+        "kernel_build": result.kernel_build,
+        "vs_against": result.vs_against,
+        "against": _against(result),
     }
     record_tier_evidence(result, payload)  # "tier_evidence" (issue 24, kernel_harness/portability)
     return payload
+
+
+def _conditions(result: BenchResult) -> dict[str, Any]:
+    conditions = dict(result.conditions)
+    conditions.setdefault("threads", result.threads)
+    conditions.setdefault("pinned", result.pinned)
+    conditions.setdefault("pinned_detail", result.pinned_detail)
+    return conditions
+
+
+def _against(result: BenchResult) -> dict[str, Any] | None:
+    """The --against build's own record: its build, times and failures."""
+    o = result.options
+    if not o.against:
+        return None
+    return {"spec": o.against, "kernel_build": result.against_build,
+            "timing": result.against.summary() if result.against else None,
+            "correct": not result.against_failures,
+            "failures": [f.to_dict() for f in result.against_failures]}
 
 
 # --------------------------------------------------------------------------- rich
@@ -181,7 +219,46 @@ def print_report(payload: dict[str, Any], console: Console) -> None:
         console.print(f"[bold red]dispatch lags:[/bold red] {v}")
     for note in payload["notes"]:
         console.print(f"note: {note}")
+    print_conditions(payload, console)
 
+
+def print_conditions(payload: dict[str, Any], console: Console) -> None:
+    """One line with every condition the numbers depend on, then the reliability verdict."""
+    c = payload.get("conditions") or {}
+    build = payload.get("kernel_build") or {}
+    parts = [c.get("cpu_model") or "unknown CPU",
+             f"tiers {'/'.join(c.get('supported_tiers') or []) or '?'}",
+             f"tier ran: {c.get('tier_ran') or 'unknown'}",
+             f"{c.get('threads')} thread(s)",
+             "pinned" if c.get("pinned") else "NOT pinned",
+             f"load {_fmt(c.get('load_before'))} -> {_fmt(c.get('load_after'))}",
+             f"OMP_WAIT_POLICY={c.get('omp_wait_policy')}"]
+    ratios = c.get("cpu_wall_ratio") or {}
+    if ratios:
+        parts.append("timing thread on CPU " + ", ".join(
+            f"{name} {100 * v:.0f} %" for name, v in ratios.items() if v is not None))
+    waits = {name: v for name, v in (c.get("run_queue_wait") or {}).items() if v is not None}
+    if waits:
+        parts.append("waited for a CPU " + ", ".join(f"{name} {100 * v:.0f} %" for name, v in waits.items()))
+    if c.get("run_queue_max") is not None:
+        parts.append(f"run queue median {_fmt(c.get('run_queue_median'))} / max {c['run_queue_max']}")
+    if c.get("steal_fraction") is not None:
+        parts.append(f"steal {100 * c['steal_fraction']:.1f} %")
+    if build.get("module"):
+        parts.append(f"build {build['module']}")
+    console.print("conditions: " + ", ".join(parts))
+    if payload.get("kernel_us") is None:
+        return
+    if payload.get("reliable", True):
+        console.print("[green]reliable[/green]: nothing else competed for the CPUs during the rounds")
+        return
+    console.print("[bold red]UNRELIABLE[/bold red]: " + "; ".join(payload.get("unreliable_reasons") or []))
+    if payload.get("unreliable_advice"):
+        console.print(f"[bold]what to do[/bold]: {payload['unreliable_advice']}")
+
+
+def _fmt(value: Any) -> str:
+    return "?" if value is None else f"{value:g}"
 
 def _as_float(value: Any) -> float:
     return float(value)  # JSON spells infinities as the strings "inf"/"nan"; float() reads them
@@ -227,9 +304,18 @@ def _print_timing(payload: dict[str, Any], console: Console) -> None:
         line += f" ({verdict})"
     console.print(f"[bold]{line}[/bold]")
     if payload.get("speedup_spot") is not None:
-        console.print(f"side by side with this run's baseline spot rounds: {payload['speedup_spot']:.3f}x "
-                      "(what the trial tree ranks trials by)")
+        spot_ci = payload.get("speedup_spot_ci")
+        spot_range = f" (95 % CI {spot_ci[0]:.3f}-{spot_ci[1]:.3f})" if spot_ci else ""
+        console.print(f"side by side with this run's baseline spot rounds: {payload['speedup_spot']:.3f}x"
+                      f"{spot_range} (what the trial tree ranks trials by)")
     console.print(f"verified {t['verified_timed_calls']} randomly chosen timed calls")
+    vs = payload.get("vs_against")
+    if vs:
+        ci = vs.get("ci")
+        interval = f" (95 % CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else ""
+        console.print(f"[bold]side by side with --against {vs['against']}: {vs['ratio']:.3f}x{interval}: "
+                      f"{vs['verdict']}[/bold] (against {vs['against_us']:.2f} us, candidate "
+                      f"{vs['candidate_us']:.2f} us; > 1 means the candidate is faster)")
     tp = payload["throughput"]
     if tp:
         parts = []

@@ -20,6 +20,8 @@ import time as _time_module
 
 # Bound before anything else is imported: a kernel cannot hand us a fake clock.
 _perf_counter_ns = _time_module.perf_counter_ns
+_thread_time_ns = _time_module.thread_time_ns
+_process_time_ns = _time_module.process_time_ns
 _sleep = _time_module.sleep
 _TIMER_NAMES = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time",
                 "time_ns", "process_time", "process_time_ns", "thread_time", "sleep")
@@ -27,6 +29,7 @@ _ORIGINAL_TIMERS = {name: getattr(_time_module, name) for name in _TIMER_NAMES}
 
 import gc  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
 from typing import Any  # noqa: E402
@@ -36,7 +39,7 @@ import torch  # noqa: E402
 from kernel_harness.baseline import Baseline, load_baseline  # noqa: E402
 from kernel_harness.bench import protocol, trace, tree  # noqa: E402
 from kernel_harness.errors import HarnessError  # noqa: E402
-from kernel_harness.kernel_loader import load_kernel_module, resolve_op  # noqa: E402
+from kernel_harness.kernel_loader import KERNEL_NAME_ATTR, load_kernel_module, resolve_op  # noqa: E402
 
 ISA_ENV_VAR = "KERNEL_CPU_ISA"
 
@@ -70,13 +73,18 @@ class Worker:
                                 "has_dispatch_tier": False, "version": None}
         if msg["role"] == "kernel":
             self.module = load_kernel_module(msg["kernel_spec"])
-            self.op = resolve_op(self.module, msg["op_path"])
+            op_path = msg["op_path"]
+            if msg.get("own_package"):
+                # --against: the same function, in whatever package the other build is
+                op_path = f"{getattr(self.module, KERNEL_NAME_ATTR)}.{op_path.partition('.')[2]}"
+            self.op = resolve_op(self.module, op_path)
             self.op_name = msg["op_path"].rsplit(".", 1)[-1]
             tiers = getattr(self.module, "available_tiers", None)
             if callable(tiers):
                 info["tiers"] = [str(t) for t in tiers()]
             info["has_dispatch_tier"] = callable(getattr(self.module, "dispatch_tier", None))
             info["version"] = str(getattr(self.module, "__version__", "") or "") or None
+            info["kernel_build"] = kernel_build(self.module)
         else:
             self.op = self.baseline.speed_function()
         info["tampered"] = tampered_timers()
@@ -140,6 +148,11 @@ class Worker:
         self.kept = []
         times: list[int] = []
         gen_ns = 0
+        # CPU time of this (the calling) thread and of the whole process during the
+        # timed calls: a thread that was descheduled shows less CPU than wall time
+        thread_ns = process_ns = 0
+        # and the time this thread spent runnable but waiting for a CPU (schedstat)
+        wait_before, round_start = _run_queue_wait_ns(), _perf_counter_ns()
         gc.collect()
         gc.disable()  # a collection inside a timed call would be charged to it
         try:
@@ -157,11 +170,15 @@ class Worker:
                     t0 = _perf_counter_ns()
                     inputs = self._draw(source, seed)
                     gen_ns += _perf_counter_ns() - t0
+                c0, p0 = _thread_time_ns(), _process_time_ns()
                 start = _perf_counter_ns()
                 out = self._call(inputs)
                 stop = _perf_counter_ns()
+                c1, p1 = _thread_time_ns(), _process_time_ns()
                 if i >= warmup:
                     times.append(stop - start)
+                    thread_ns += c1 - c0
+                    process_ns += p1 - p0
                     if keep:
                         # into buffers allocated once: keeping copies must not change what
                         # the allocator hands the next timed call (fresh pages fault)
@@ -169,12 +186,47 @@ class Worker:
                 del out, inputs
         finally:
             gc.enable()
-        return {"times_ns": times, "gen_ns": gen_ns, "tampered": tampered_timers()}
+        wait_after, round_ns = _run_queue_wait_ns(), _perf_counter_ns() - round_start
+        waited = wait_after - wait_before if wait_before is not None and wait_after is not None else None
+        return {"times_ns": times, "gen_ns": gen_ns, "thread_cpu_ns": thread_ns,
+                "process_cpu_ns": process_ns, "run_queue_wait_ns": waited, "round_ns": round_ns,
+                "tampered": tampered_timers()}
 
     def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
         picked = [self.pool.load(i, self.kept[i]) for i in msg["indices"]]
         self.kept = []
         return {"calls": picked}
+
+
+def _run_queue_wait_ns() -> int | None:
+    """Nanoseconds this thread has spent runnable but waiting for a CPU (the second
+    field of /proc/thread-self/schedstat; None where the kernel does not provide it).
+    Unlike CPU time it does not count a thread that sleeps on purpose (an OpenMP
+    barrier under OMP_WAIT_POLICY=PASSIVE), only one that other tasks kept off a CPU."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as fh:
+            return int(fh.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+#: The op namespace and module name the harness's builder gives a build,
+#: ``_<name>_cpu_<10 hex of the sources' content id>`` (kernel_harness/build/codegen.py).
+_BUILD_NAME = re.compile(r"^_\w+_cpu_([0-9a-f]{10})$")
+
+
+def kernel_build(module: Any) -> dict[str, Any]:
+    """Which build was loaded: the op namespace (``module.ops``, a torch op namespace
+    named after the extension module) and the content id at its end; for a package
+    built otherwise, its module name and no id."""
+    ops = getattr(module, "ops", None)
+    if ops is None:
+        ops = getattr(getattr(module, "_ops", None), "ops", None)
+    name = getattr(ops, "name", None)
+    if not isinstance(name, str) or not name:
+        name = module.__name__
+    match = _BUILD_NAME.match(name)
+    return {"module": name, "build_id": match.group(1) if match else None}
 
 
 class _Slot:
@@ -252,7 +304,8 @@ def _scribble_freed_memory(inputs: list[Any]) -> None:
     del blocks
 
 
-_OWN_FUNCTIONS = {"_scribble_freed_memory": _scribble_freed_memory}
+_OWN_FUNCTIONS = {"_scribble_freed_memory": _scribble_freed_memory, "_run_queue_wait_ns": _run_queue_wait_ns,
+                  "kernel_build": kernel_build}
 _OWN_CODE = {name: fn.__code__ for name, fn in _OWN_FUNCTIONS.items()}
 
 

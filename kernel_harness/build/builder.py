@@ -21,6 +21,7 @@ from .diagnostics import CompileError, first_error
 from .ninja import ninja_file, run_ninja, write_if_changed
 from .plan import BuildPlan, make_plan
 from .toolchain import find_ccache, find_compiler, find_ninja, torch_info
+from .variant_digest import write_digest
 from .wheel import write_wheel
 
 
@@ -91,6 +92,8 @@ def build_kernel(
 
     Raises :class:`BuildFailed` (exit 1) on a compiler/linker error, leaving the
     previous variant untouched, and ``UsageError`` (exit 2) on a bad build.toml.
+    The variant's ``metadata.json`` carries a kernels-data ``digest`` of its
+    files (see :mod:`.variant_digest`), validated before the swap.
     ``on_step(done, total, "CXX"|"LINK", what)`` reports ninja's progress.
     """
     started = time.perf_counter()
@@ -116,6 +119,9 @@ def build_kernel(
         staging = layout.staging_dir(build_dir, plan.variant)
         try:
             layout.assemble(plan, staging)
+            # Last step before the swap: the digest covers every file now in staging,
+            # and is read back through kernels-data before anything is replaced.
+            write_digest(staging)
             layout.publish(staging, variant_dir)
         finally:
             if staging.exists():

@@ -110,18 +110,24 @@ def _save_and_record(ctx: DemoContext, trial_label: str, strategy: str, parent: 
         args += ["--parent", parent]
     _trial_manager(ctx, f"{trial_label}: save", *args)
     trial_id = json.loads(ctx.json_path(f"save-{trial_label}").read_text())["trial_id"]
-    _trial_manager(ctx, f"{trial_id}: record result", "result", name, trial_id, "--from-json", report)
+    _trial_manager(ctx, f"{trial_id}: record result", "result", name, trial_id, "--from-json", report,
+                   *_unreliable_flag(ctx, report))
     return trial_id
 
 
-def _restore_sources(ctx: DemoContext, trial_id: str) -> None:
-    """Branch from ``trial_id``: its saved sources replace the working kernel's."""
-    saved = ctx.workspace / "trials" / ctx.recipe.package / trial_id
-    for source in saved.rglob("*"):
-        if source.is_file():
-            target = ctx.kernel_dir / source.relative_to(saved)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
+def _unreliable_flag(ctx: DemoContext, report: Path) -> list[str]:
+    """``--accept-unreliable`` when the benchmark said its machine was too busy to trust.
+
+    The demo goes on on a busy machine, but the measurement is recorded as
+    unreliable (the tree and the summary show it) and the reason is printed:
+    labelled, never silently ranked.
+    """
+    measured = json.loads(Path(report).read_text())
+    if measured.get("reliable") is not False:
+        return []
+    reasons = "; ".join(measured.get("unreliable_reasons") or []) or "the benchmark marked it unreliable"
+    ctx.runner.console.print(f"      [yellow]unreliable measurement, recorded as such: {escape(reasons)}[/yellow]")
+    return ["--accept-unreliable"]
 
 
 def _correctness_phase(ctx: DemoContext) -> None:
@@ -159,7 +165,8 @@ def _performance_phase(ctx: DemoContext) -> None:
     for index, trial in enumerate(ctx.recipe.trials, start=1):
         label = f"trial {index}"
         parent = _trial_manager(ctx, f"{label}: choose parent", "best", name) if trial.parent == "best" else trial.parent
-        _restore_sources(ctx, parent)
+        # branch from the parent: its saved sources back into the kernel directory
+        _trial_manager(ctx, f"{label}: check out {parent}", "checkout", name, parent, ctx.kernel_dir)
         apply_defines(ctx.recipe.source_path(ctx.kernel_dir), trial.defines)
         ctx.runner.console.print(f"  [bold]{label}[/bold] from {parent}: {escape(trial.strategy)}")
         _build_and_install(ctx, ctx.kernel_dir, label)
@@ -187,6 +194,10 @@ def _finalize(ctx: DemoContext) -> dict[str, Any]:
     _trial_manager(ctx, "finalize the best trial", "finalize", name, output, "--json", ctx.json_path("finalize"))
     _build_and_install(ctx, output, "finalized kernel")
     final = _benchmark(ctx, "final pinned benchmark", "bench-final")
+    # step 11's "recorded": the final run goes into summary.json / summary.md
+    _trial_manager(ctx, "record the final measurement", "finalize", name, output,
+                   "--final-json", ctx.json_path("bench-final"), "--json", ctx.json_path("finalize-final"),
+                   *_unreliable_flag(ctx, ctx.json_path("bench-final")))
     if ctx.recipe.large_baseline:
         _benchmark(ctx, "final pinned benchmark, large shape", "bench-final-large",
                    baseline=EXAMPLES_DIR / ctx.recipe.op / ctx.recipe.large_baseline)

@@ -65,6 +65,8 @@ class CardFacts:
     headline_args: list[dict[str, Any]] = field(default_factory=list)
     compat_dir: bool = True  # build/<variant>/<package>/__init__.py exists (older kernels releases import it)
     notes: list[str] = field(default_factory=list)
+    digest_algorithm: str | None = None  # the staged variants' digest, checked before upload (None: not checked)
+    signed: bool = False  # every variant carries a metadata.json.sigstore (never made by this harness)
 
 
 def _number(value: Any) -> float | None:
@@ -226,7 +228,31 @@ Not guaranteed, because this build was made by kernel-harness's local builder an
   `manylinux_2_28` or the Python 3.9 stable ABI (`kernel-builder check-abi`), so it may not load
   on an older Linux distribution.
 - The build is not reproducible from a pinned `flake.lock`, and its `metadata.json` carries no
-  provenance or signature. Rebuild with `kernel-builder build-and-upload` for a compliant release."""
+  provenance. Rebuild with `kernel-builder build-and-upload` for a compliant release."""
+
+INTEGRITY_UNSIGNED = """
+- Integrity, not identity: each variant's `metadata.json` records a {algorithm} digest of every
+  other file of the variant (computed at build time by kernels-data, the code `kernels` verifies
+  with), so a changed, added or removed file is detectable. The build is **unsigned**: there is no
+  `metadata.json.sigstore`, which only a CI workflow with an OIDC identity can make, so nothing
+  proves who built it and `kernels verify-signature` reports "signature not found" for it."""
+
+INTEGRITY_FOREIGN_BUNDLE = """
+- Each variant's `metadata.json` records a {algorithm} digest of every other file (checked
+  before upload). The variants carry a `metadata.json.sigstore` bundle that this harness did not
+  make and did not verify; check it with `kernels verify-signature` or
+  `kernels.verify.verify_variant` before trusting it."""
+
+NO_DIGEST = """
+- The variants' files were not checked against a digest before upload, and the build is unsigned."""
+
+
+def integrity_text(facts: CardFacts) -> str:
+    """The card's statement of the digest algorithm and of the (absent) signature."""
+    if facts.digest_algorithm is None:
+        return NO_DIGEST
+    template = INTEGRITY_FOREIGN_BUNDLE if facts.signed else INTEGRITY_UNSIGNED
+    return template.format(algorithm=facts.digest_algorithm)
 
 
 COMPAT_BULLET = """
@@ -269,7 +295,9 @@ def render_card(source: KernelSource, facts: CardFacts, template_path: Path = CA
         "benchmark_table": _benchmark_table(facts),
         "benchmark_notes": _benchmark_notes(facts),
         "verification": "\n".join(f"- {line}" for line in facts.verification) or "- No check ran.",
-        "guarantees": GUARANTEES + ("" if facts.compat_dir else COMPAT_BULLET.format(name=source.name)),
+        "guarantees": GUARANTEES
+        + integrity_text(facts)
+        + ("" if facts.compat_dir else COMPAT_BULLET.format(name=source.name)),
         "name": source.name,
     }
     try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..buildtoml import kernel_builder_name, python_package_name
+from ..buildtoml import kernel_builder_name, kernel_name_error, python_package_name
 from ..errors import UsageError
 
 #: Files and directories never copied into a Hub repository: byte code would be
@@ -235,10 +235,12 @@ def read_kernel_source(root: Path, *, baseline: Path | None = None) -> KernelSou
     build_toml = _read_build_toml(root)
     general = build_toml.get("general", {})
     raw_name = general.get("name") if isinstance(general, dict) else None
-    if not isinstance(raw_name, str) or not re.fullmatch(r"[a-z][a-z0-9_-]*", raw_name):
+    refusal = kernel_name_error(raw_name) if isinstance(raw_name, str) else "it is missing or not a string"
+    if refusal is not None:
         raise UsageError(
-            f"{root / 'build.toml'}: [general] name must be lowercase letters, digits and dashes "
-            f"(or underscores) such as my-kernel, found {raw_name!r}."
+            f"{root / 'build.toml'}: [general] name {raw_name!r} is not a kernel name the ecosystem accepts "
+            f"(kernels-data: {refusal}). Write it with dashes, e.g. my-kernel (the Python package stays "
+            "my_kernel), and rebuild."
         )
     name = python_package_name(raw_name)
     variants = find_variants(root)

@@ -15,6 +15,7 @@ from ..atomic import exclusive_lock
 from ..errors import CheckFailed
 from .benchmark_file import render_benchmark_file, workloads_from_description
 from .card import CardFacts, machine_text, measurements_from, render_card
+from .integrity import Integrity, check_stage_integrity, refuse_unless_intact
 from .layout import kernel_functions
 from .plan import Log, Plan, PublishOptions, plan_publish
 from .staging import list_stage_files, prepare_stage_dir, stage_kernel, write_stage_file
@@ -47,6 +48,20 @@ def stage_repository(plan: Plan, options: PublishOptions, report: dict[str, Any]
     )
     baseline_info["headline"] = workloads[0].description
     return baseline_info
+
+
+def verify_integrity(plan: Plan, report: dict[str, Any], log: Log) -> Integrity:
+    """Re-hash each staged variant against its build-time digest (kernels-data); refuse on any difference."""
+    log("Digest check: re-hashing the staged build variants with kernels-data")
+    integrity = check_stage_integrity(plan.stage, [v.name for v in plan.source.variants])
+    report["integrity"] = integrity.as_dict()
+    refuse_unless_intact(integrity, plan.stage, plan.source.root)
+    if any(v.signed for v in integrity.variants):
+        report["notes"].append(
+            "a variant carries metadata.json.sigstore; this harness never makes one and did not verify it "
+            "(it is uploaded as found; check it with kernels.verify.verify_variant)"
+        )
+    return integrity
 
 
 def verify_stage(plan: Plan, report: dict[str, Any], log: Log) -> Verification:
@@ -84,7 +99,7 @@ def verify_stage(plan: Plan, report: dict[str, Any], log: Log) -> Verification:
 
 
 def write_card(plan: Plan, options: PublishOptions, baseline_info: dict[str, Any], verification: Verification,
-               report: dict[str, Any]) -> None:  # fmt: skip
+               report: dict[str, Any], integrity: Integrity | None = None) -> None:  # fmt: skip
     """Render README.md into the stage from what was measured and verified."""
     source = plan.source
     compat_dir = all((plan.stage / "build" / v.name / source.name / "__init__.py").is_file() for v in source.variants)
@@ -102,12 +117,14 @@ def write_card(plan: Plan, options: PublishOptions, baseline_info: dict[str, Any
         headline=headline,
         measurements=measurements_from(source.summary, verification.benchmark, headline),
         machine=machine_text((verification.benchmark or {}).get("machine")),
-        verification=verification.lines,
+        verification=([integrity.summary_line()] if integrity else []) + verification.lines,
         description=options.description or "",
         baseline_doc=baseline_info.get("doc", ""),
         function=plan.function,
         headline_args=baseline_info.get("headline_args", []),
         compat_dir=compat_dir,
+        digest_algorithm=integrity.algorithm if integrity else None,
+        signed=integrity.signed if integrity else False,
     )
     card = render_card(source, facts)
     write_stage_file(plan.stage, "README.md", card)
@@ -121,8 +138,9 @@ def publish(options: PublishOptions, report: dict[str, Any], log: Log = print) -
     # Two publishers sharing a stage would verify one's files and upload the other's.
     with exclusive_lock(plan.stage.parent / f".{plan.stage.name}.lock"):
         baseline_info = stage_repository(plan, options, report, log)
+        integrity = verify_integrity(plan, report, log)
         verification = verify_stage(plan, report, log)
-        write_card(plan, options, baseline_info, verification, report)
+        write_card(plan, options, baseline_info, verification, report, integrity)
         enforce_tier_evidence(plan, options, verification, report)  # issue 24: tier_guard.py
         if options.dry_run:
             report["uploaded"] = False

@@ -25,6 +25,7 @@ from .layout import (
     newest_build_mtime,
     newest_source_mtime,
     read_kernel_source,
+    read_metadata,
 )
 from .upload import manual_commands
 
@@ -97,25 +98,34 @@ def resolve_function(source: KernelSource, op: str | None, baseline: Path | None
     )
 
 
+def rebuild_reason(source: KernelSource) -> str | None:
+    """Why build/ must be (re)built before publishing, or None when it is current."""
+    variants = source.variants
+    if not variants:
+        return "it has no build/torch*-cpu-*/ variant yet"
+    matches = [build_matches_sources(source, v) for v in variants]
+    if any(m is False for m in matches):
+        return "build/ was made from other sources (its content id differs from the sources')"
+    if not all(m is True for m in matches) and newest_source_mtime(source) > min(newest_build_mtime(v) for v in variants):
+        return "its sources are newer than build/"
+    undigested = [v.name for v in variants if "digest" not in read_metadata(v)]
+    if undigested:
+        return (
+            f"build/{', build/'.join(undigested)}/metadata.json has no content digest (built before "
+            "scripts/build_kernel.py recorded one), which publishing checks the files against"
+        )
+    return None
+
+
 def ensure_built(source: KernelSource, allow_build: bool, log: Log) -> tuple[KernelSource, list[str]]:
     """Build the kernel when it has no variant or its build was not made from these sources.
 
     The builder's content id in metadata.json decides; file times only when it
     cannot be computed (an output/ from finalize keeps the trial's old file times).
     """
-    variants = source.variants
-    if variants:
-        matches = [build_matches_sources(source, v) for v in variants]
-        if all(m is True for m in matches):
-            return source, []
-        if any(m is False for m in matches):
-            reason = "build/ was made from other sources (its content id differs from the sources')"
-        elif newest_source_mtime(source) > min(newest_build_mtime(v) for v in variants):
-            reason = "its sources are newer than build/"
-        else:
-            return source, []
-    else:
-        reason = "it has no build/torch*-cpu-*/ variant yet"
+    reason = rebuild_reason(source)
+    if reason is None:
+        return source, []
     command = load_config().build_command
     if not allow_build:
         raise UsageError(f"{source.root} must be (re)built because {reason}; run `{command}` there, or drop --no-build.")

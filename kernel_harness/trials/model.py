@@ -15,7 +15,12 @@ from typing import Any
 
 from ..errors import UsageError
 
-SCHEMA_VERSION = 1
+#: 2 added Trial.build_id, TrialResult.accepted_unreliable and TreeState.baseline_times;
+#: version-1 files load unchanged (the new fields take their empty defaults) and are
+#: written back as version 2, which an older harness refuses rather than silently
+#: dropping the new fields.
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 TRIAL_ID = re.compile(r"t(0|[1-9][0-9]*)")
 
 
@@ -40,6 +45,8 @@ class TrialResult:
     recorded_at: str
     source: str  # "cli" or the path of the benchmark JSON it came from
     details: dict[str, Any] = field(default_factory=dict)
+    # recorded although the benchmark said reliable: false (--accept-unreliable)
+    accepted_unreliable: bool = False
 
     @property
     def ranking_speedup(self) -> float | None:
@@ -101,10 +108,25 @@ class Trial:
     files: tuple[str, ...]
     result: TrialResult | None = None
     superseded_results: tuple[TrialResult, ...] = ()
+    # content id of the saved sources (kernel_harness/build/plan.py content_id): the
+    # suffix of the op namespace a build of exactly these sources gets; None when the
+    # saved build.toml cannot be read (or for trials saved before it was recorded)
+    build_id: str | None = None
 
     @property
     def number(self) -> int:
         return int(self.id[1:])
+
+
+@dataclass(frozen=True)
+class BaselineTime:
+    """One timing of the baseline alone, the value ``baseline-us`` hands out."""
+
+    baseline_us: float
+    recorded_at: str
+    source: str  # "refresh" or "result tN" (taken over from a trial's benchmark run)
+    conditions: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,6 +136,8 @@ class TreeState:
     baseline: BaselineRecord
     trials: tuple[Trial, ...] = ()
     schema: int = SCHEMA_VERSION
+    # every baseline timing, oldest first; the last one is current (baseline-us --refresh)
+    baseline_times: tuple[BaselineTime, ...] = ()
 
     def trial(self, trial_id: str) -> Trial | None:
         return next((t for t in self.trials if t.id == trial_id), None)
@@ -176,6 +200,20 @@ def _result_from_json(reader: _Reader, data: Any, where: str) -> TrialResult:
         recorded_at=reader.get(data, "recorded_at", where, (str,)),
         source=reader.get(data, "source", where, (str,)),
         details=details,
+        accepted_unreliable=bool(reader.get(data, "accepted_unreliable", where, (bool,), optional=True)),
+    )
+
+
+def _baseline_time_from_json(reader: _Reader, data: Any, where: str) -> BaselineTime:
+    value = reader.number(data, "baseline_us", where)
+    if value is None:
+        raise reader.fail(f"{where}.baseline_us", "the field is missing")
+    return BaselineTime(
+        baseline_us=value,
+        recorded_at=reader.get(data, "recorded_at", where, (str,)),
+        source=reader.get(data, "source", where, (str,)),
+        conditions=reader.get(data, "conditions", where, (dict,), optional=True) or {},
+        details=reader.get(data, "details", where, (dict,), optional=True) or {},
     )
 
 
@@ -199,6 +237,7 @@ def _trial_from_json(reader: _Reader, data: Any, where: str) -> Trial:
         superseded_results=tuple(
             _result_from_json(reader, item, f"{where}.superseded_results[{i}]") for i, item in enumerate(superseded)
         ),
+        build_id=reader.get(data, "build_id", where, (str,), optional=True),
     )
 
 
@@ -207,8 +246,9 @@ def state_from_json(path: Path, data: Any) -> TreeState:
     if not isinstance(data, dict):
         raise reader.fail("the top level", f"expected an object, found {type(data).__name__}")
     schema = reader.get(data, "schema", "$", (int,))
-    if schema != SCHEMA_VERSION:
-        raise reader.fail("$.schema", f"version {schema} is not the supported version {SCHEMA_VERSION}")
+    if schema not in READABLE_SCHEMAS:
+        raise reader.fail("$.schema", f"version {schema} is not a supported version "
+                                      f"({', '.join(map(str, READABLE_SCHEMAS))})")
     baseline = reader.get(data, "baseline", "$", (dict,))
     trials_data = reader.get(data, "trials", "$", (list,))
     trials = tuple(_trial_from_json(reader, item, f"$.trials[{i}]") for i, item in enumerate(trials_data))
@@ -223,7 +263,11 @@ def state_from_json(path: Path, data: Any) -> TreeState:
             recorded_at=reader.get(baseline, "recorded_at", "$.baseline", (str,)),
         ),
         trials=trials,
-        schema=schema,
+        schema=SCHEMA_VERSION,  # written back in the current version
+        baseline_times=tuple(
+            _baseline_time_from_json(reader, item, f"$.baseline_times[{i}]")
+            for i, item in enumerate(reader.get(data, "baseline_times", "$", (list,), optional=True) or [])
+        ),
     )
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from .buildid import id_of_module
 from .model import TrialResult
 from .store import now_iso
 
@@ -20,8 +22,12 @@ SPEEDUP_CONSISTENCY = 0.02
 # Keys of benchmark_cpu.py's JSON kept with a result for later reading.
 CARRIED_BENCHMARK_KEYS = (
     "iqr", "threads", "pinned", "acceptance_rule", "speedup_ci", "speedup_verdict", "baseline_cached", "baseline_drift",
-    "speedup_spot",
-    "tolerances", "widened", "failures", "tiers", "crash", "machine", "versions", "tier_evidence",
+    "speedup_spot", "speedup_spot_ci", "speedup_paired", "load_average", "pinned_detail", "baseline_file",
+    # issue 19: the conditions of the run, whether the benchmark trusted its own timing,
+    # the side-by-side ratio against another build, and which build was measured
+    "conditions", "reliable", "unreliable_reasons", "vs_against", "kernel_build",
+    "tolerances", "widened", "failures", "tiers", "crash", "machine", "versions",
+    "tier_evidence",  # issue 24: which tiers ran, where, on which unit hash
 )
 
 
@@ -72,29 +78,57 @@ def build_result(
     )
 
 
-def result_from_benchmark_json(path: Path) -> TrialResult:
-    """Read the JSON ``benchmark_cpu.py --json`` wrote, so numbers are never retyped."""
+def read_benchmark_json(path: Path, flag: str = "--from-json") -> dict[str, Any]:
+    """The report ``benchmark_cpu.py --json`` wrote, or a UsageError naming the file."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"--from-json: the file {path} does not exist.") from None
+        raise UsageError(f"{flag}: the file {path} does not exist.") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--from-json: could not read {path}: {exc}.") from exc
+        raise UsageError(f"{flag}: could not read {path}: {exc}.") from exc
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--from-json: {path} is not valid JSON ({exc.msg} at line {exc.lineno}).") from exc
+        raise UsageError(f"{flag}: {path} is not valid JSON ({exc.msg} at line {exc.lineno}).") from exc
     if not isinstance(data, dict) or not isinstance(data.get("correct"), bool):
         raise UsageError(
-            f"--from-json: {path} is not a benchmark_cpu.py report (it needs a boolean \"correct\" key). "
+            f"{flag}: {path} is not a benchmark_cpu.py report (it needs a boolean \"correct\" key). "
             "Pass the file written by benchmark_cpu.py --json."
         )
+    return data
+
+
+def check_reliable(path: Path, data: dict[str, Any], *, accept_unreliable: bool, flag: str = "--from-json") -> bool:
+    """Refuse a timed run the benchmark itself marked ``reliable: false``, unless accepted.
+
+    Returns True when an unreliable run was accepted (recorded on the result).
+    Reports written before the key existed count as reliable; an incorrect run
+    has no timing to distrust.
+    """
+    if data.get("reliable") is not False or not data.get("correct"):
+        return False
+    if accept_unreliable:
+        return True
+    reasons = data.get("unreliable_reasons")
+    listed = "; ".join(str(r) for r in reasons) if isinstance(reasons, list) and reasons else "no reason given"
+    raise UsageError(
+        f"{flag}: {path} says its timing is unreliable (reliable: false: {listed}). Nothing was recorded. "
+        "Stop the other jobs on the machine (or benchmark with --threads N, N the free cores) and rerun; "
+        "record it anyway only knowingly, with --accept-unreliable (the trial then shows it)."
+    )
+
+
+def result_from_benchmark_json(path: Path, *, accept_unreliable: bool = False) -> TrialResult:
+    """Read the JSON ``benchmark_cpu.py --json`` wrote, so numbers are never retyped."""
+    path = Path(path)
+    data = read_benchmark_json(path)
+    accepted = check_reliable(path, data, accept_unreliable=accept_unreliable)
     correct = data["correct"]
     timings = [data.get(k) for k in ("speedup", "baseline_us", "kernel_us")]
     if not correct and any(t is None for t in timings):
         timings = [None, None, None]
     details = {k: data[k] for k in CARRIED_BENCHMARK_KEYS if k in data}
     try:
-        return build_result(
+        result = build_result(
             correct=correct,
             speedup=timings[0],
             baseline_us=timings[1],
@@ -104,3 +138,15 @@ def result_from_benchmark_json(path: Path) -> TrialResult:
         )
     except UsageError as exc:
         raise UsageError(f"--from-json {path}: {exc.message}") from exc
+    return replace(result, accepted_unreliable=accepted)
+
+
+def json_build_id(data: dict[str, Any]) -> str | None:
+    """The content id of the build a benchmark report measured (``kernel_build``)."""
+    build = data.get("kernel_build")
+    if not isinstance(build, dict):
+        return None
+    found = build.get("build_id")
+    if isinstance(found, str) and found:
+        return found
+    return id_of_module(build.get("module"))

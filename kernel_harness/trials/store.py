@@ -27,8 +27,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..atomic import atomic_write_json, exclusive_lock
+from ..atomic import atomic_write_json, copy_file, exclusive_lock
 from ..errors import UsageError
+from .buildid import content_id_of, hashed_files, last_build_id
 from .model import BaselineRecord, StateError, TreeState, Trial, TrialResult, state_from_json
 from .names import validate_tree_name
 from .sources import file_sha256, list_kernel_sources, sources_sha256
@@ -174,14 +175,25 @@ class TrialStore:
         files = list_kernel_sources(kernel_dir)
         if not files:
             raise UsageError(f"{kernel_dir} contains no kernel sources to save.")
+        # whatever the builder's content id hashes is saved too (a listed source with
+        # another suffix, say), so a build of the saved copy gets the same op namespace
+        files = sorted(set(files) | set(hashed_files(kernel_dir) or ()))
         content_hash = sources_sha256(kernel_dir, files)
+        directory_id = content_id_of(kernel_dir)
         with self._locked():
             state = self.load()
-            warnings: list[str] = []
+            warnings: list[str] = _build_warnings(kernel_dir, directory_id)
             parent = self._resolve_parent(state, parent, warnings)
             trial_id = f"t{len(state.trials)}"
             moved = self._clear_interrupted(trial_id)
             self._copy_sources(kernel_dir, files, trial_id)
+            build_id = content_id_of(self.trial_sources_dir(trial_id))
+            if directory_id is not None and build_id != directory_id:
+                warnings.append(
+                    f"The saved copy's content id ({build_id}) differs from {kernel_dir}'s ({directory_id}): "
+                    "the copy lacks a file the build hashes (a symlink?). Benchmark JSONs of this "
+                    "kernel's builds will not match the trial; replace the symlink by the file and save again."
+                )
             twin = next((t.id for t in state.trials if t.sources_sha256 == content_hash), None)
             if twin is not None:
                 warnings.append(
@@ -195,6 +207,7 @@ class TrialStore:
                 created_at=now_iso(),
                 sources_sha256=content_hash,
                 files=tuple(f.as_posix() for f in files),
+                build_id=build_id,
             )
             self._write(replace(state, trials=state.trials + (trial,)))
             return SaveOutcome(trial=trial, warnings=tuple(warnings), interrupted_moved=moved)
@@ -232,7 +245,7 @@ class TrialStore:
         for relative in files:
             target = staging / relative
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(kernel_dir / relative, target)
+            copy_file(kernel_dir / relative, target)
         _fsync_tree(staging)
         os.replace(staging, self.directory / trial_id)
 
@@ -261,8 +274,32 @@ class TrialStore:
 
         return self.update_trial(trial_id, change)
 
+    def update_state(self, change: Callable[[TreeState], TreeState]) -> TreeState:
+        """Apply ``change`` to the whole state under the lock and persist it."""
+        with self._locked():
+            updated = change(self.load())
+            self._write(updated)
+            return updated
+
     def trial_sources_dir(self, trial_id: str) -> Path:
         return self.directory / trial_id
+
+    def trial_build_id(self, trial: Trial) -> str | None:
+        """The content id of a trial's saved copy (recorded at save, computed for older trials)."""
+        return trial.build_id or content_id_of(self.trial_sources_dir(trial.id))
+
+
+def _build_warnings(kernel_dir: Path, directory_id: str | None) -> list[str]:
+    """A warning when the sources being saved are not what the last build in build/ compiled."""
+    last = last_build_id(kernel_dir)
+    if directory_id is None or last is None or last[0] == directory_id:
+        return []
+    return [
+        f"The sources in {kernel_dir} (content id {directory_id}) differ from its last build "
+        f"({last[0]}, {last[1].parent}): they changed after the build that was benchmarked. Rebuild, "
+        "reinstall and benchmark again before recording this trial's result (result --from-json "
+        "refuses a benchmark JSON of another build)."
+    ]
 
 
 def _fsync_tree(root: Path) -> None:

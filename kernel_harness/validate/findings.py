@@ -32,6 +32,7 @@ ERROR_CODES = {
     "missing-key": "a required key is missing",
     "wrong-type": "a key has the wrong type",
     "invalid-value": "a key has a value the schema does not allow",
+    "invalid-kernel-name": "[general] name that kernels_data.KernelName refuses",
     "no-cpu-kernel": "no [kernel.*] section with backend = \"cpu\"",
     "missing-binding": "no torch-ext/torch_binding.cpp",
     "missing-source": "a source listed in build.toml does not exist",
@@ -41,13 +42,15 @@ ERROR_CODES = {
     "isa-not-enabled": "intrinsics of an ISA the unit's flags do not enable",
     "mixed-isa": "one tier mixes ISA levels",
     "unfinished-body": "a compute body still marked KERNEL_TODO(...)",
+    "invalid-metadata": "a build variant's metadata.json that kernels-data cannot parse",
+    "digest-mismatch": "a build variant's files differ from the digest in its metadata.json",
 }
 WARNING_CODES = {
     "aligned-access": "aligned load/store on a pointer not known to be aligned",
     "no-tail-handling": "no tail handling seen in a SIMD loop",
     "no-size-threshold": "no small-size threshold in the dispatcher",
     "torch-in-tier": "torch headers included in a SIMD tier unit",
-    "kernel-builder-name": "[general] name that the real kernel-builder refuses",
+    "no-digest": "a build variant's metadata.json without a digest (built by an older builder)",
 }
 
 

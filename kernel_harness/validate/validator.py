@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..buildtoml import BuildToml, SchemaProblem, check_build_toml
+from .built_variants import check_built_variants
 from .cxx_text import Source
 from .findings import Report
 from .isa import is_simd_section
@@ -30,6 +31,7 @@ _SCHEMA_CODES = {
     "missing-key": "missing-key",
     "type": "wrong-type",
     "value": "invalid-value",
+    "name": "invalid-kernel-name",
     "missing-file": "missing-build-toml",
 }
 _SKIP_DIRS = {"build", "dist", ".git", "__pycache__", ".venv", "node_modules"}
@@ -84,20 +86,12 @@ def validate_kernel(kernel_dir: Path) -> Report:
 
     if toml is not None:
         _check_structure(report, root, toml)
+    check_built_variants(report, root)
     return report
 
 
 def _check_structure(report: Report, root: Path, toml: BuildToml) -> None:
     general = toml.general
-    if not general.kernel_builder_name_ok:
-        report.warning(
-            "kernel-builder-name",
-            "build.toml",
-            toml.line_of("general", "name"),
-            f"[general] name = {general.name!r}: the real kernel-builder only accepts lowercase letters, "
-            f"digits and dashes ({general.metadata_name!r}); its Python package would still be "
-            f"{general.python_name!r}. This harness's builder accepts both.",
-        )
     if not toml.cpu_kernels:
         report.error(
             "no-cpu-kernel",

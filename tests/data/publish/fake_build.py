@@ -3,7 +3,8 @@
 Run from a copy of tests/data/publish/tiny_kernel that has no build/: it writes
 build/<variant of the running torch>/ from the pure-Python variant/ directory
 and stamps metadata.json with the content id scripts/build_kernel.py would
-compute, which is all the publisher needs to see a build made from these sources.
+compute and the kernels-data digest it records, which is all the publisher
+needs to see a build made from these sources.
 """
 
 import json
@@ -15,6 +16,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from kernel_harness.build.variant_digest import write_digest  # noqa: E402
 from kernel_harness.publish.layout import expected_build_id  # noqa: E402
 
 root = Path.cwd()
@@ -25,4 +27,5 @@ shutil.copytree(Path(__file__).resolve().parent / "tiny_kernel" / "variant", var
 meta = json.loads((variant / "metadata.json").read_text())
 meta["id"] = f"_tiny_kernel_cpu_{expected_build_id(root) or '0123abc'}"
 (variant / "metadata.json").write_text(json.dumps(meta))
+write_digest(variant)  # the last step of a real build, too
 print(f"fake build: wrote {variant}")

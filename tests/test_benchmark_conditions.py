@@ -1,0 +1,230 @@
+"""Issue 19 on the benchmark side: the conditions every result carries, the
+reliability verdict a busy machine cannot fool (tested with real busy
+processes), the kernel build that was loaded, and --against (another build timed
+side by side in the same rounds)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from bench_helpers import FAST, KERNELS, RMS, ROOT, run_bench, run_bench_subprocess
+
+from kernel_harness.bench.conditions import MIN_CPU_WALL_RATIO, SideCpu, Watch, advice, assess
+
+CONDITION_KEYS = {"cpu_model", "supported_tiers", "tier_ran", "threads", "pinned", "pinned_detail",
+                  "load_before", "load_after", "oversubscribed", "omp_wait_policy", "cpu_wall_ratio",
+                  "run_queue_max", "steal_fraction"}
+
+
+@pytest.fixture(autouse=True)
+def _kernels_on_path(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(KERNELS))
+    monkeypatch.syspath_prepend(str(KERNELS))
+
+
+def _assert_honest_verdict(report):
+    """Unreliable runs say why and what to do; reliable ones have no reasons."""
+    if report["reliable"]:
+        assert report["unreliable_reasons"] == []
+    else:
+        assert report["unreliable_reasons"]
+        assert "stop the other jobs" in report["unreliable_advice"]
+
+
+# --------------------------------------------------------------------------- conditions
+
+
+def test_conditions_and_kernel_build_travel_with_the_result(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm",
+                             *FAST, "--threads", "1")
+    assert code == 0, report["failures"]
+    c = report["conditions"]
+    assert CONDITION_KEYS <= set(c)
+    assert c["threads"] == 1 and c["omp_wait_policy"] == "PASSIVE"
+    assert c["tier_ran"] is None  # a plain package: no dispatch_tier, no --tier
+    assert set(c["cpu_wall_ratio"]) == {"kernel", "baseline"}
+    assert all(0 < v <= 1.5 for v in c["cpu_wall_ratio"].values())
+    assert c["run_queue_max"] >= 1 and isinstance(c["oversubscribed"], bool)
+    assert report["kernel_build"] == {"module": "bk_honest", "build_id": None}
+    assert report["vs_against"] is None
+    _assert_honest_verdict(report)
+
+
+def test_a_wait_policy_the_user_set_is_kept_and_recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm",
+                             *FAST, "--tier", "generic")
+    assert code == 0
+    assert report["conditions"]["omp_wait_policy"] == "ACTIVE"
+    assert report["conditions"]["tier_ran"] == "generic"  # forced
+
+
+def test_report_prints_the_conditions_line(tmp_path):
+    proc, report = run_bench_subprocess(tmp_path, RMS, "--kernel-package", "bk_honest", "--op",
+                                        "bk_honest.rms_norm", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "conditions: " in text and "OMP_WAIT_POLICY=PASSIVE" in text and "build bk_honest" in text
+    assert ("UNRELIABLE" in text) == (not report["reliable"])
+
+
+def test_assess_names_each_sign_of_a_busy_machine():
+    def watch(ratio=1.0, queue=(3, 3, 3), steal=0.0):
+        w = Watch(threads=2, run_queue=list(queue), steal_fraction=steal)
+        side = w.side("kernel")
+        side.wall_ns, side.thread_cpu_ns, side.process_cpu_ns = 1000, int(1000 * ratio), int(2000 * ratio)
+        return w
+
+    # the sampler and two timing threads on a 2-CPU machine: nothing else runs
+    measured, reasons, suggest = assess(watch(), cpus=2)
+    assert reasons == [] and suggest is None and measured["oversubscribed"] is False
+    assert advice(reasons, suggest, 2) is None
+    # two busy loops: two more runnable tasks than fit
+    measured, reasons, suggest = assess(watch(queue=(5, 5, 4)), cpus=2)
+    assert measured["oversubscribed"] and "oversubscribed" in reasons[0] and suggest == 1
+    assert "--threads 1" in advice(reasons, suggest, 2)
+    # the timing thread descheduled for a third of the time
+    _, reasons, _ = assess(watch(ratio=MIN_CPU_WALL_RATIO - 0.2), cpus=8)
+    assert len(reasons) == 1 and "kernel worker's timing thread" in reasons[0]
+    # where schedstat exists, the wait for a CPU decides, not the CPU/wall ratio: a thread
+    # asleep at a passive OpenMP barrier reads low CPU time but never waited for a CPU
+    w = watch(ratio=0.5)
+    w.sides["kernel"].round_ns, w.sides["kernel"].wait_ns = 1000, 20
+    assert assess(w, cpus=8)[1] == []
+    w.sides["kernel"].wait_ns = 300
+    _, reasons, _ = assess(w, cpus=8)
+    assert len(reasons) == 1 and "waited for a CPU during 30 %" in reasons[0]
+    _, reasons, _ = assess(watch(steal=0.2), cpus=8)
+    assert "stole 20 %" in reasons[0]
+    # one idle core left for a 1-thread side is not oversubscription
+    w = Watch(threads=1, run_queue=[3, 3, 3])
+    assert assess(w, cpus=2)[0]["oversubscribed"] is False
+    assert SideCpu().thread_ratio is None
+
+
+# --------------------------------------------------------------------------- busy machine
+
+
+def _busy_loops(count):
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def test_busy_processes_never_give_a_confident_wrong_ratio(tmp_path):
+    """Two real busy loops run during the whole benchmark of a kernel identical to its
+    baseline (F.rms_norm): the run is marked unreliable, or it reads 0.8-1.25x."""
+    busy = _busy_loops(2)
+    try:
+        code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_delegating", "--op",
+                                 "bk_delegating.rms_norm", "--rounds", "6", "--calls", "10")
+    finally:
+        for proc in busy:
+            proc.kill()
+        for proc in busy:
+            proc.wait()
+    assert code == 0
+    _assert_honest_verdict(report)
+    assert report["reliable"] is False or 0.8 <= report["speedup"] <= 1.25, report["conditions"]
+    assert report["conditions"]["run_queue_samples"] > 0
+
+
+# --------------------------------------------------------------------------- --against
+
+
+def test_against_a_slower_build_times_both_side_by_side(tmp_path, monkeypatch):
+    monkeypatch.setenv("BK_SPIN_FRACTION", "0.3")
+    code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest_spin", "--op",
+                             "bk_honest_spin.rms_norm", "--against", "bk_honest", "--rounds", "6",
+                             "--calls", "10")
+    assert code == 0, report["failures"]
+    vs = report["vs_against"]
+    assert vs["against"] == "bk_honest" and vs["against_build_id"] is None
+    assert vs["ratio"] == pytest.approx(vs["against_us"] / vs["candidate_us"], rel=1e-2)
+    lo, hi = vs["ci"]
+    assert lo <= vs["ratio"] <= hi
+    # the same rounds for all three sides; the other build's timed calls are verified too
+    assert report["against"]["timing"]["rounds"] == report["timing"]["kernel"]["rounds"] == 6
+    assert report["against"]["correct"] is True
+    assert set(report["conditions"]["cpu_wall_ratio"]) == {"kernel", "baseline", "against"}
+    # a spin of 30 % of its own time: never faster, and slower unless the run says it is unreliable
+    assert vs["verdict"] != "faster"
+    assert vs["verdict"] == "slower" or report["reliable"] is False, (vs, report["conditions"])
+
+
+def test_against_an_incorrect_build_gives_no_ratio(tmp_path):
+    code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm",
+                             "--against", "bk_attack_uninit", *FAST)
+    assert code == 0  # the candidate is correct; the build it was compared with is not
+    assert report["correct"] is True and report["vs_against"] is None
+    assert report["against"]["correct"] is False and report["against"]["failures"]
+    assert any(n.startswith("--against bk_attack_uninit") for n in report["notes"])
+
+
+def test_against_a_build_that_cannot_load_is_exit_3(tmp_path):
+    code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm",
+                             "--against", "bk_not_installed_anywhere", *FAST)
+    assert code == 3
+    assert report["crash"]["role"] == "against"
+
+
+@pytest.mark.slow
+def test_an_identical_build_against_itself(tmp_path, request):
+    """The shared catalogue build, compared with itself: two processes load the same
+    build; the interval contains 1.0 unless the run says it is unreliable."""
+    try:
+        kernel_dir = request.getfixturevalue("catalogue_kernel_dir")
+    except pytest.FixtureLookupError:
+        pytest.skip("the catalogue_kernel_dir fixture (tests/fixtures_kernels.py) is not available")
+    code, report = run_bench(tmp_path, str(ROOT / "examples" / "rms_norm" / "baseline.py"),
+                             "--kernel-package", str(kernel_dir), "--against", str(kernel_dir),
+                             "--op", "harness_catalogue.rms_norm", "--accept-if-as-accurate",
+                             "--rounds", "8", "--calls", "5")
+    assert code == 0, report and report["failures"][:3]
+    build = report["kernel_build"]
+    assert re.fullmatch(r"_harness_catalogue_cpu_[0-9a-f]{10}", build["module"])
+    assert build["module"].endswith(build["build_id"])
+    vs = report["vs_against"]
+    assert vs["against_build_id"] == build["build_id"]
+    assert report["conditions"]["tier_ran"] in report["conditions"]["supported_tiers"]
+    lo, hi = vs["ci"]
+    assert (lo <= 1.0 <= hi and vs["verdict"] == "no measurable difference") or not report["reliable"], \
+        (vs, report["conditions"])
+
+
+# --------------------------------------------------------------------------- precision script
+
+
+def _precision_script():
+    import importlib.util
+
+    path = ROOT / "scripts" / "bench_harness_precision.py"
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location("bench_harness_precision_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_precision_script_counts_each_target():
+    script = _precision_script()
+
+    def run(speedup=1.0, ci=(0.95, 1.05), reliable=True, vs=None):
+        return {"speedup": speedup, "speedup_ci": list(ci), "speedup_paired": speedup,
+                "reliable": reliable, "vs_against": vs, "wall_s": 10.0}
+
+    same = {"ratio": 1.01, "ci": [0.96, 1.06], "verdict": "no measurable difference"}
+    off = {"ratio": 1.05, "ci": [1.01, 1.10], "verdict": "faster"}
+    s = script.summarize([run(vs=same), run(vs=same), run(vs=off)], "against")
+    assert s["against_within_0.98_1.02"] == 2 and s["against_ci_contains_1"] == 2
+    slow = {"ratio": 0.9, "ci": [0.85, 0.95], "verdict": "slower"}
+    s = script.summarize([run(vs=slow), run(vs=same)], "slower")
+    assert s["called_slower"] == 1 and s["called_faster"] == 0
+    # busy: a confident 10x counts only when the run admitted it was unreliable
+    s = script.summarize([run(10.9, (7.4, 61)), run(10.9, (7.4, 61), reliable=False), run(1.1)], "identical")
+    assert s["unreliable_or_within_0.8_1.25"] == 2 and s["unreliable"] == 1
+    assert s["within_0.95_1.05"] == 0 and s["speedup_ci_contains_1"] == 1
