@@ -273,3 +273,24 @@ def test_benchmark_fails_with_one_line_per_unfinished_body(unseen_kernel_dir, sc
         rel, number = hit[0].split("KERNEL_TODO at ", 1)[1].split(":")[:2]
         assert "KERNEL_TODO(" in (unseen_kernel_dir / rel).read_text().splitlines()[int(number) - 1]
     assert "Traceback" not in text
+
+
+# ---------------------------------------------------------------- floating-point contraction
+
+
+def test_simd_units_set_fp_contract_explicitly_and_the_validator_warns_without(tmp_path):
+    from kernel_harness.scaffold import generate_project
+    from kernel_harness.validate import validate_kernel
+
+    unseen = tmp_path / "unseen"
+    generate_project(ScaffoldOptions(ops=("rope",), name="fpc", directory=unseen, signatures=(sig("rope"),)))
+    catalogue = tmp_path / "catalogue"
+    generate_project(ScaffoldOptions(ops=("rms_norm",), name="fpc", directory=catalogue))
+    for directory, wanted in ((unseen, "-ffp-contract=off"), (catalogue, "-ffp-contract=fast")):
+        toml = (directory / "build.toml").read_text()
+        assert toml.count(f'"{wanted}"') == 2, toml  # both SIMD sections, not the generic one
+        assert "fp-contract-implicit" not in {w.code for w in validate_kernel(directory).warnings}
+    toml = unseen / "build.toml"
+    toml.write_text(toml.read_text().replace(', "-ffp-contract=off"', ""))
+    warnings = [w for w in validate_kernel(unseen).warnings if w.code == "fp-contract-implicit"]
+    assert len(warnings) == 2 and all("-ffp-contract=off" in w.message for w in warnings)

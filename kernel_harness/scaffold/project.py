@@ -27,6 +27,7 @@ from .catalogue import (
     TIERS,
     OpSpec,
     avx512_flags,
+    fp_contract_flag,
     op_spec,
 )
 from .codegen import signature_sections
@@ -114,7 +115,7 @@ def _toml_list(items: Sequence[str]) -> str:
     return "[" + ", ".join(f'"{item}"' for item in items) + "]"
 
 
-def _kernel_sections(name: str, ns: str, tiers: Sequence[str], kind: str) -> str:
+def _kernel_sections(name: str, ns: str, tiers: Sequence[str], tier_flags: dict[str, tuple[str, ...]]) -> str:
     generic_src = [
         f"{ns}/cpu_features.hpp",
         f"{ns}/{name}_tiers.hpp",
@@ -131,13 +132,13 @@ def _kernel_sections(name: str, ns: str, tiers: Sequence[str], kind: str) -> str
         blocks.append(
             "# AVX2 tier: raw pointers only, no torch headers.\n"
             f"[kernel.{ns}_avx2]\nbackend = \"cpu\"\ndepends = [\"torch\"]\ninclude = [\"{ns}\"]\n"
-            f"src = {_toml_list([f'{ns}/{name}_avx2.cpp'])}\ncxx-flags = {_toml_list(AVX2_FLAGS)}\n"
+            f"src = {_toml_list([f'{ns}/{name}_avx2.cpp'])}\ncxx-flags = {_toml_list(tier_flags['avx2'])}\n"
         )
     if "avx512" in tiers:
         blocks.append(
             "# AVX512 tier: raw pointers only, no torch headers.\n"
             f"[kernel.{ns}_avx512]\nbackend = \"cpu\"\ndepends = [\"torch\"]\ninclude = [\"{ns}\"]\n"
-            f"src = {_toml_list([f'{ns}/{name}_avx512.cpp'])}\ncxx-flags = {_toml_list(avx512_flags(kind))}\n"
+            f"src = {_toml_list([f'{ns}/{name}_avx512.cpp'])}\ncxx-flags = {_toml_list(tier_flags['avx512'])}\n"
         )
     return "\n" + "\n".join(blocks)
 
@@ -155,6 +156,8 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
     by_op = {sig.op: sig for sig in options.signatures}
     specs = [_signature_spec(by_op[op]) if op in by_op else op_spec(op, options.kind) for op in options.ops]
     kind = _kind_of(specs, options.kind)
+    contract = fp_contract_flag(all(spec.complete for spec in specs))
+    tier_flags = {"avx2": (*AVX2_FLAGS, contract), "avx512": (*avx512_flags(kind), contract)}
     # build.toml spells the kernel with dashes, as the real kernel-builder
     # requires; the Python package (torch-ext/<name>/) keeps the underscores.
     base = {"name": name, "ns": ns, "kernel_name": kernel_builder_name(name)}
@@ -213,7 +216,7 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
         ) if sections["layer"] else "",
         "op_list": ", ".join(spec.name for spec in specs),
         "export_list": ", ".join(f'"{spec.name}"' for spec in specs),
-        "kernel_sections": _kernel_sections(name, ns, options.tiers, kind),
+        "kernel_sections": _kernel_sections(name, ns, options.tiers, tier_flags),
     }
     project = templates_dir / "project"
     layout = {
@@ -229,7 +232,6 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
     }
     if sections["layer"]:
         layout[f"torch-ext/{name}/layers.py"] = "torch-ext/layers.py.in"
-    tier_flags = {"avx2": AVX2_FLAGS, "avx512": avx512_flags(kind)}
     plan = ProjectPlan(directory=options.directory, name=name, specs=specs)
     for rel, template in layout.items():
         plan.files[rel] = render_file(project / template, values)

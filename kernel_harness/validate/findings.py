@@ -48,6 +48,7 @@ WARNING_CODES = {
     "no-size-threshold": "no small-size threshold in the dispatcher",
     "torch-in-tier": "torch headers included in a SIMD tier unit",
     "kernel-builder-name": "[general] name that the real kernel-builder refuses",
+    "fp-contract-implicit": "a SIMD section without an explicit -ffp-contract= flag",
 }
 
 
