@@ -261,7 +261,7 @@ def test_bridge_messages_name_the_parameter(unseen_kernel_dir):
 @pytest.mark.slow
 def test_benchmark_fails_with_one_line_per_unfinished_body(unseen_kernel_dir, script, tmp_path):
     run = script("benchmark_cpu", "--kernel-package", unseen_kernel_dir, "--op", f"{PACKAGE}.masked_softmax",
-                 DATA / "masked_softmax.py", cwd=tmp_path, timeout=600)
+                 DATA / "masked_softmax.py", "--json", tmp_path / "b.json", cwd=tmp_path, timeout=600)
     assert run.returncode == 1, run.stdout + run.stderr
     text = run.stdout + run.stderr
     lines = [line for line in text.splitlines() if "KERNEL_TODO at " in line]
@@ -273,6 +273,11 @@ def test_benchmark_fails_with_one_line_per_unfinished_body(unseen_kernel_dir, sc
         rel, number = hit[0].split("KERNEL_TODO at ", 1)[1].split(":")[:2]
         assert "KERNEL_TODO(" in (unseen_kernel_dir / rel).read_text().splitlines()[int(number) - 1]
     assert "Traceback" not in text
+    payload = json.loads((tmp_path / "b.json").read_text())
+    assert payload["correct"] is False
+    coverage = {item["input"]: item for item in payload["coverage"]["inputs"]}
+    assert set(coverage) == {"x", "mask"} and coverage["x"]["tail"] and coverage["mask"]["size_one"]
+    assert payload["coverage"]["warnings"] == []
 
 
 # ---------------------------------------------------------------- floating-point contraction
@@ -294,3 +299,36 @@ def test_simd_units_set_fp_contract_explicitly_and_the_validator_warns_without(t
     toml.write_text(toml.read_text().replace(', "-ffp-contract=off"', ""))
     warnings = [w for w in validate_kernel(unseen).warnings if w.code == "fp-contract-implicit"]
     assert len(warnings) == 2 and all("-ffp-contract=off" in w.message for w in warnings)
+
+
+# ---------------------------------------------------------------- coverage of the checked inputs
+
+
+def test_coverage_warns_per_tensor_input_about_missing_edge_cases():
+    from kernel_harness.bench.coverage import baseline_coverage
+
+    gated = baseline_coverage(DATA / "gated.py")  # only 32 x 512 fp32: no tail, no size-1 dim
+    assert [(i["input"], i["tail"], i["size_one"]) for i in gated["inputs"]] == [("x", False, False), ("gate", False, False)]
+    assert len(gated["warnings"]) == 4 and all("get_correctness_inputs()" in w for w in gated["warnings"])
+    assert any("gate" in w and "multiple of 16" in w for w in gated["warnings"])
+    rope = baseline_coverage(DATA / "rope.py")
+    assert rope["warnings"] == [] and [i["input"] for i in rope["inputs"]] == ["q", "cos", "sin"]
+    # the shipped catalogue examples reach every case
+    for example in ("rms_norm", "softmax", "silu_and_mul"):
+        path = Path(__file__).resolve().parent.parent / "examples" / example / "baseline.py"
+        assert baseline_coverage(path)["warnings"] == [], example
+
+
+def test_coverage_lanes_and_strides():
+    import torch
+
+    from kernel_harness.bench.coverage import input_coverage, lanes
+
+    assert (lanes(torch.float32), lanes(torch.bfloat16), lanes(torch.bool)) == (16, 32, 64)
+    x = torch.randn(4, 64)
+    sets = [[x, 2.0], [torch.randn(64, 4).t(), 1.0]]
+    (item,) = input_coverage(sets, ["x", "alpha"])
+    assert item["non_contiguous"] and not item["tail"] and not item["size_one"]
+    assert item["input"] == "x" and len(item["missing"]) == 2
+    bf16 = input_coverage([[torch.randn(3, 48).bfloat16()]], ["x"])[0]
+    assert bf16["tail"] and bf16["lanes"] == [32]  # 48 is a multiple of 16 fp32 lanes, not of 32 bf16 lanes

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from .. import __version__
 from ..cpu import cpu_model
+from .coverage import baseline_coverage
 from .runner import DRIFT_NOTE, BenchResult, baseline_drift, spot_speedup
 from .runner import _last_level_cache_bytes as llc_bytes
 
@@ -115,6 +116,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         "versions": versions(kernel_version),
         "machine": machine(),
         "crash": crash,
+        "coverage": baseline_coverage(o.baseline_path),  # issue 20: edge cases the checked sets reach
     }
     return payload
 
@@ -179,6 +181,8 @@ def print_report(payload: dict[str, Any], console: Console) -> None:
         console.print(f"[bold red]dispatch lags:[/bold red] {v}")
     for note in payload["notes"]:
         console.print(f"note: {note}")
+    for warning in (payload.get("coverage") or {}).get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
 
 
 def _as_float(value: Any) -> float:
