@@ -332,3 +332,94 @@ def test_coverage_lanes_and_strides():
     assert item["input"] == "x" and len(item["missing"]) == 2
     bf16 = input_coverage([[torch.randn(3, 48).bfloat16()]], ["x"])[0]
     assert bf16["tail"] and bf16["lanes"] == [32]  # 48 is a multiple of 16 fp32 lanes, not of 32 bf16 lanes
+
+
+# ---------------------------------------------------------------- the shipped unseen-op examples
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLE_PACKAGES = {"rope": "rope_kernel", "masked_softmax": "masked_softmax_kernel"}
+
+
+@pytest.mark.parametrize("op", sorted(EXAMPLE_PACKAGES))
+def test_example_solutions_fit_the_generated_package(script, tmp_path, op):
+    """The solution files replace only bodies of a freshly generated package: it validates clean."""
+    package = EXAMPLE_PACKAGES[op]
+    d = tmp_path / "kernel"
+    run = script("new_kernel", "--op", op, "--name", package, "--dir", d,
+                 "--from-baseline", EXAMPLES / op / "baseline.py", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    solution = EXAMPLES / op / "solution" / f"{package}_cpu"
+    editable = sorted(p.name for p in solution.iterdir())
+    assert editable == sorted([f"{package}_cpu.cpp", f"{package}_avx2.cpp", f"{package}_avx512.cpp"])
+    for name in editable:
+        generated = (d / f"{package}_cpu" / name).read_text().splitlines()
+        written = (solution / name).read_text().splitlines()
+        # everything before the op's first generated comment line is untouched template text
+        first = next(i for i, line in enumerate(generated) if line.startswith(f"// {op}"))
+        assert written[:first] == generated[:first], name
+        shutil.copy(solution / name, d / f"{package}_cpu" / name)
+    check = script("validate_cpu_kernel", d, "--json", tmp_path / "v.json", cwd=tmp_path)
+    report = json.loads((tmp_path / "v.json").read_text())
+    assert check.returncode == 0 and report["errors"] == [] and report["warnings"] == [], report
+
+
+WRAPPERS = {
+    "rope": ('extern "C" void run(float* out, const float* q, int64_t T, int64_t H, int64_t D, const float* c, '
+             'const float* s) {{ {ns}::{tier}::rope({ns}::DType::F32, out, q, T, H, D, c, T, D / 2, s, T, D / 2); }}'),
+    "masked_softmax": ('extern "C" void run(float* out, const float* x, int64_t B, int64_t H, int64_t T, int64_t S, '
+                       'const bool* m, double scale) {{ {ns}::{tier}::masked_softmax({ns}::DType::F32, out, x, B, H, '
+                       'T, S, m, B, 1, T, S, scale); }}'),
+}
+
+
+def _cpu_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tier", ["avx2", "avx512"])
+@pytest.mark.parametrize("op", sorted(EXAMPLE_PACKAGES))
+def test_example_simd_bodies_match_the_float64_reference_bit_for_bit(tmp_path, op, tier):
+    """Each SIMD unit, compiled with its build.toml flags, on every fp32 correctness set."""
+    import ctypes
+    import importlib.util
+    import tomllib
+
+    import torch
+
+    needed = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}[tier]
+    if not needed <= _cpu_flags():
+        pytest.skip(f"this CPU lacks {sorted(needed - _cpu_flags())}")
+    package = EXAMPLE_PACKAGES[op]
+    ns = f"{package}_cpu"
+    plan = plan_project(ScaffoldOptions(ops=(op,), name=package, directory=tmp_path,
+                                        signatures=(signature_from_baseline(EXAMPLES / op / "baseline.py", op),)))
+    flags = tomllib.loads(plan.files["build.toml"])["kernel"][f"{ns}_{tier}"]["cxx-flags"]
+    (tmp_path / f"{package}_tiers.hpp").write_text(plan.files[f"{ns}/{package}_tiers.hpp"])
+    shutil.copy(EXAMPLES / op / "solution" / ns / f"{package}_{tier}.cpp", tmp_path / "unit.cpp")
+    (tmp_path / "wrap.cpp").write_text(f'#include "{package}_tiers.hpp"\n' + WRAPPERS[op].format(ns=ns, tier=tier) + "\n")
+    lib_path = tmp_path / "unit.so"
+    subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib_path)],
+                   cwd=tmp_path, check=True, capture_output=True, timeout=600)
+    lib = ctypes.CDLL(str(lib_path))
+    spec = importlib.util.spec_from_file_location(f"{op}_baseline", EXAMPLES / op / "baseline.py")
+    baseline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(baseline)
+    torch.manual_seed(0)
+    sets = [s for s in baseline.get_correctness_inputs() if s[0].dtype == torch.float32]
+    sets += [[s[0].float(), *s[1:]] for s in baseline.get_correctness_inputs() if s[0].dtype != torch.float32]
+    assert len(sets) >= 3
+    for inputs in sets:
+        first = inputs[0]
+        out = torch.empty_like(first)
+        ptr = lambda t: ctypes.c_void_p(t.data_ptr())  # noqa: E731
+        dims = [ctypes.c_int64(v) for v in first.shape]
+        if op == "rope":
+            lib.run(ptr(out), ptr(first), *dims, ptr(inputs[1]), ptr(inputs[2]))
+        else:
+            lib.run(ptr(out), ptr(first), *dims, ptr(inputs[1]), ctypes.c_double(inputs[2]))
+        reference = baseline.get_reference_output(*inputs)
+        assert torch.equal(out, reference), (op, tier, tuple(first.shape), (out - reference).abs().max().item())
