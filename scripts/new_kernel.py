@@ -94,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(table)
     for rel in plan.files:
         console.print(f"  {plan.directory / rel}")
+    for sig in signatures:
+        for note in sig.notes:
+            console.print(f"[yellow]note ({sig.op}):[/yellow] {note}")
     if plan.unfinished_ops:
         console.print(
             f"[yellow]Next:[/yellow] write the bodies marked KERNEL_TODO for {', '.join(plan.unfinished_ops)}, "

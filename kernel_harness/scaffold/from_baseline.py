@@ -16,6 +16,7 @@ What the generator cannot express exits 2 naming the parameter.
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +66,26 @@ def _input_sets(module: Any, path: Path) -> list[list[Any]]:
     return sets
 
 
-def _collect(path: Path, fake: bool) -> tuple[list[inspect.Parameter], str, list[list[Any]], list[Any]]:
+def _collect(path: Path, fake: bool) -> tuple[list[inspect.Parameter], str, list[list[Any]], list[Any], tuple[str, ...]]:
     context = FakeTensorMode(allow_non_fake_inputs=True) if fake else _null()
     with context, torch.no_grad():
         module = _import_baseline(path)
         runner, params, fname = _reference(module, path)
         sets = _input_sets(module, path)
         outputs = [runner(*inputs) for inputs in sets]
-    return params, fname, sets, outputs
+    return params, fname, sets, outputs, _model_notes(runner)
+
+
+def _model_notes(runner: Any) -> tuple[str, ...]:
+    """A Model's own tensors never reach the kernel function: say so."""
+    if not isinstance(runner, torch.nn.Module):
+        return ()
+    named = [name for name, _ in list(runner.named_parameters()) + list(runner.named_buffers())]
+    if not named:
+        return ()
+    return (f"Model holds {len(named)} tensor(s) of its own ({', '.join(named[:4])}{', ...' if len(named) > 4 else ''}) "
+            "that forward() reads but the generated function does not receive; pass them as forward() "
+            "parameters in the baseline if the kernel needs them.",)
 
 
 class _null:
@@ -103,12 +116,12 @@ def signature_from_baseline(path: str | Path, op: str) -> Signature:
     if not path.is_file():
         raise UsageError(f"--from-baseline {path}: no such file. Pass the path of your baseline.py.")
     try:
-        params, fname, sets, outputs = _collect(path, fake=True)
+        params, fname, sets, outputs, notes = _collect(path, fake=True)
     except UsageError:
         raise
     except Exception as fake_exc:  # noqa: BLE001 - user code under fake tensors (.item(), ...)
         try:
-            params, fname, sets, outputs = _collect(path, fake=False)
+            params, fname, sets, outputs, notes = _collect(path, fake=False)
         except UsageError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -117,7 +130,8 @@ def signature_from_baseline(path: str | Path, op: str) -> Signature:
                 f"({type(fake_exc).__name__}: {fake_exc}) and on real tensors ({type(exc).__name__}: {exc}). "
                 "Fix the baseline, or pass --signature instead.") from exc
     source = f"{path.name}, {fname}"
-    return check_signature(_model(op, params, fname, sets, outputs, source))
+    sig = _model(op, params, fname, sets, outputs, source)
+    return check_signature(replace(sig, notes=notes))
 
 
 def _model(op: str, params: list[inspect.Parameter], fname: str, sets: list[list[Any]],
@@ -166,8 +180,7 @@ def _model(op: str, params: list[inspect.Parameter], fname: str, sets: list[list
     shared = _shared_dims(ranked, tensor_values)
     primary = next((p for p in model_params if p.is_tensor and all(d in SIMD_DTYPES for d in p.dtypes)), None)
     outs, is_tuple = _outputs(outputs, ranked, tensor_values, primary, fname, source)
-    notes = ()
-    return Signature(op, tuple(model_params), outs, is_tuple, shared, source=source, notes=notes)
+    return Signature(op, tuple(model_params), outs, is_tuple, shared, source=source)
 
 
 def _mark_followers(params: list[Param], values: dict[str, list[torch.Tensor]]) -> list[Param]:
