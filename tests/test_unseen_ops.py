@@ -423,3 +423,19 @@ def test_example_simd_bodies_match_the_float64_reference_bit_for_bit(tmp_path, o
             lib.run(ptr(out), ptr(first), *dims, ptr(inputs[1]), ctypes.c_double(inputs[2]))
         reference = baseline.get_reference_output(*inputs)
         assert torch.equal(out, reference), (op, tier, tuple(first.shape), (out - reference).abs().max().item())
+
+
+def test_cli_signature_and_count_mismatch(script, tmp_path):
+    sig_text = "q: Tensor[bf16,fp32](T,H,D), cos: Tensor[fp32](T,D2), sin: Tensor[fp32](T,D2) -> Tensor(like q)"
+    run = script("new_kernel", "--op", "rope", "--name", "sig_k", "--dir", tmp_path / "k", "--signature", sig_text,
+                 "--json", tmp_path / "g.json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    init = (tmp_path / "k/torch-ext/sig_k/__init__.py").read_text()
+    assert "def rope(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor | None = None)" in init
+    assert json.loads((tmp_path / "g.json").read_text())["signatures"]["rope"]["source"] == "--signature"
+    two = script("new_kernel", "--op", "rope,rms_norm,other", "--name", "sig_k", "--dir", tmp_path / "k2",
+                 "--signature", sig_text, cwd=tmp_path)
+    assert two.returncode == 2 and "one per such op" in two.stderr and not (tmp_path / "k2").exists()
+    bad = script("new_kernel", "--op", "x", "--name", "sig_k", "--dir", tmp_path / "k3",
+                 "--signature", "x: Tensor, n: complex -> Tensor", cwd=tmp_path)
+    assert bad.returncode == 2 and "complex" in bad.stderr and "Traceback" not in bad.stderr
