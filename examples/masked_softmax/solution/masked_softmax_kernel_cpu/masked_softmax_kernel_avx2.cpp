@@ -335,7 +335,6 @@ inline DV dv_set1(double a) { return _mm256_set1_pd(a); }
 inline DV dv_add(DV a, DV b) { return _mm256_add_pd(a, b); }
 inline DV dv_sub(DV a, DV b) { return _mm256_sub_pd(a, b); }
 inline DV dv_mul(DV a, DV b) { return _mm256_mul_pd(a, b); }
-inline DV dv_div(DV a, DV b) { return _mm256_div_pd(a, b); }
 inline DV dv_max(DV a, DV b) { return _mm256_max_pd(a, b); }
 inline DV dv_fmadd(DV a, DV b, DV c) { return _mm256_fmadd_pd(a, b, c); }
 inline DV dv_fnmadd(DV a, DV b, DV c) { return _mm256_fnmadd_pd(a, b, c); }
@@ -431,10 +430,11 @@ inline void masked_softmax_row(const T* x, const bool* m, T* y, int64_t S, doubl
     dv_store(buf + i + H2, eh);
     sum = dv_add(sum, dv_add(el, eh));
   }
-  const DV total = dv_set1(dv_hsum(sum));
+  // times 1 / sum, as ATen's own softmax kernel does (no division per element)
+  const DV inv = dv_set1(1.0 / dv_hsum(sum));
   for (int64_t i = 0; i < S; i += W) {
     const int64_t n = std::min<int64_t>(W, S - i);
-    const V v = join_ps(dv_div(dv_load(buf + i), total), dv_div(dv_load(buf + i + H2), total));
+    const V v = join_ps(dv_mul(dv_load(buf + i), inv), dv_mul(dv_load(buf + i + H2), inv));
     if (n == W) store(y + i, v); else store_tail(y + i, v, n);
   }
 }
