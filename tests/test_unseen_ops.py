@@ -275,6 +275,8 @@ def test_benchmark_fails_with_one_line_per_unfinished_body(unseen_kernel_dir, sc
     assert "Traceback" not in text
     payload = json.loads((tmp_path / "b.json").read_text())
     assert payload["correct"] is False
+    assert [f["check"] for f in payload["failures"]] == ["unfinished-body"]
+    assert payload["failures"][0]["message"].count("KERNEL_TODO at ") == 3
     coverage = {item["input"]: item for item in payload["coverage"]["inputs"]}
     assert set(coverage) == {"x", "mask"} and coverage["x"]["tail"] and coverage["mask"]["size_one"]
     assert payload["coverage"]["warnings"] == []
