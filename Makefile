@@ -11,6 +11,7 @@ PYTEST_ARGS ?=
 .PHONY: setup system-packages demo test clean-state help
 
 help:
+	@echo "make setup                                   create .venv (torch pinned first), install the project and system packages"
 	@echo "make demo [OP=rms_norm|softmax|silu_and_mul]  run the procedure end to end"
 	@echo "make test                                    run the full test suite"
 

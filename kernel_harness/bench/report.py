@@ -24,6 +24,7 @@ from rich.table import Table
 
 from .. import __version__
 from ..cpu import cpu_model
+from .coverage import baseline_coverage
 from .options import DRIFT_NOTE, BenchResult, baseline_drift, spot_speedup
 from .throughput import last_level_cache_bytes as llc_bytes
 
@@ -134,6 +135,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         "kernel_build": result.kernel_build,
         "vs_against": result.vs_against,
         "against": _against(result),
+        "coverage": baseline_coverage(o.baseline_path),  # issue 20: edge cases the checked sets reach
     }
     return payload
 
@@ -217,6 +219,8 @@ def print_report(payload: dict[str, Any], console: Console) -> None:
         console.print(f"[bold red]dispatch lags:[/bold red] {v}")
     for note in payload["notes"]:
         console.print(f"note: {note}")
+    for warning in (payload.get("coverage") or {}).get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
     print_conditions(payload, console)
 
 
