@@ -32,9 +32,22 @@ def remote_object(outcome: dict[str, Any], *, requested_class: str, node_class: 
     }
 
 
-def merged_report(report: dict[str, Any], remote: dict[str, Any]) -> dict[str, Any]:
-    """The node's report with ``remote`` added (no existing key is changed)."""
-    return {**report, "remote": remote}
+#: Keys naming files the node unpacked into a temporary directory (deleted after the run).
+LOCAL_PATH_KEYS = ("baseline_file", "kernel_package")
+
+
+def merged_report(report: dict[str, Any], remote: dict[str, Any], local_paths: dict[str, str]) -> dict[str, Any]:
+    """The node's report with ``remote`` added.
+
+    ``baseline_file`` and ``kernel_package`` name the caller's files (the
+    shipped copies are byte-identical), because consumers read them here:
+    ``trial_manager.py finalize`` hashes ``baseline_file``.  The node's own
+    paths are kept in ``remote.node_paths``.
+    """
+    node_paths = {key: report[key] for key in LOCAL_PATH_KEYS if key in report}
+    merged = {**report, **{k: v for k, v in local_paths.items() if k in report}}
+    merged["remote"] = {**remote, "node_paths": node_paths}
+    return merged
 
 
 def class_json_path(path: Path, cpu_class: str) -> Path:

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -140,6 +141,13 @@ def start_node(*, head: bool, address: str | None, port: int = DEFAULT_PORT, nod
     directory.mkdir(parents=True, exist_ok=True)
     log = directory / "node.log"
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    if _loopback(node_ip):
+        if not head:
+            raise UsageError("--node-ip-address 127.0.0.1 makes a single-machine farm; only a head can use it "
+                             "(a joining node must announce an address the head reaches).")
+        # Ray turns 127.0.0.1 into the machine's public address unless clusters are "off":
+        # then every Ray process announces and connects through the loopback address only.
+        env[LOOPBACK_ENV] = "0"
     with open(log, "w", encoding="utf-8") as out:
         proc = subprocess.Popen(
             ray_start_command(head=head, address=address, port=port, node_ip=node_ip,
@@ -152,6 +160,13 @@ def start_node(*, head: bool, address: str | None, port: int = DEFAULT_PORT, nod
                       started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     atomic_write_json(state_file(), asdict(state))
     return state
+
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def _loopback(ip: str | None) -> bool:
+    return bool(ip) and (ip.startswith("127.") or ip in ("localhost", "::1"))
 
 
 def _default_ip() -> str:
@@ -213,6 +228,8 @@ def no_cluster_error(address: str, reason: str) -> UsageError:
 #: How long a TCP connect to the head may take before "no cluster": Ray's own
 #: connect retries for a minute or more, far too long to say "nothing there".
 CONNECT_TIMEOUT_S = 3.0
+#: The whole of ray.init once the port answers (a busy machine needs a few seconds).
+RAY_INIT_BUDGET_S = 60.0
 
 
 def resolve_address(address: str) -> str:
@@ -226,15 +243,40 @@ def resolve_address(address: str) -> str:
     return found
 
 
+def _loopback_driver() -> None:
+    """Make this process announce 127.0.0.1, as the single-machine head does (see start_node)."""
+    os.environ[LOOPBACK_ENV] = "0"  # read when ray is first imported ...
+    if "ray" in sys.modules:  # ... and checked at call time by services.get_node_ip_address
+        import ray._private.ray_constants as constants  # noqa: PLC0415
+
+        constants.ENABLE_RAY_CLUSTER = False
+
+
+def _watchdog(address: str, seconds: float) -> threading.Timer:
+    """Ray's own connect retries without end when the head announces an unreachable address;
+    after ``seconds`` this exits 2 (nothing has been written yet, so nothing is lost)."""
+    def fire() -> None:
+        sys.stderr.write(f"error: {no_cluster_error(address, f'Ray did not finish connecting within {seconds:g} s').message}\n")
+        sys.stderr.flush()
+        os._exit(2)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def connect(address: str):
     """Connect this process to the cluster at ``address`` as a Ray driver; returns the ray module."""
     from . import require_ray
 
-    ray = require_ray()
     address = resolve_address(address)
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise UsageError(f"--cluster {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379) or 'auto'.")
+    if _loopback(host):
+        _loopback_driver()
+    ray = require_ray()
     try:
         with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
             pass
@@ -243,9 +285,12 @@ def connect(address: str):
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import logging  # noqa: PLC0415
 
+    timer = _watchdog(address, RAY_INIT_BUDGET_S)
     try:
         ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
                  namespace="kernel_harness_farm")
     except Exception as exc:  # noqa: BLE001 - any failure to join is "no cluster there"
         raise no_cluster_error(address, f"{type(exc).__name__}: {exc}") from None
+    finally:
+        timer.cancel()
     return ray

@@ -193,7 +193,7 @@ def _node_name(outcome: dict[str, Any]) -> str:
 
 
 def finish(outcome: dict[str, Any], nodes: dict[str, NodeInfo], requested: str, json_path: Path | None,
-           job_timeout: float) -> int:
+           job_timeout: float, local_paths: dict[str, str]) -> int:
     """Print and write one job's result; returns its exit code (nothing written on a lost job)."""
     label = outcome["label"]
     if outcome["status"] in ("lost", "timeout"):
@@ -215,7 +215,7 @@ def finish(outcome: dict[str, Any], nodes: dict[str, NodeInfo], requested: str, 
     node = nodes.get(str(outcome.get("node_id")))
     remote = remote_object(outcome, requested_class=requested, node_class=node.top if node else label,
                            submitted_at=outcome["submitted_at"], driver_wall_s=outcome["driver_wall_s"])
-    write_json_report(json_path, merged_report(report, remote))
+    write_json_report(json_path, merged_report(report, remote, local_paths))
     return code
 
 
@@ -250,7 +250,8 @@ def run_remote(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         codes = []
         for outcome in outcomes:
             path = class_json_path(args.json, outcome["label"]) if args.all_cpu_classes else args.json
-            codes.append(finish(outcome, by_id, args.cpu_class, path, args.job_timeout))
+            codes.append(finish(outcome, by_id, args.cpu_class, path, args.job_timeout,
+                                {"baseline_file": str(baseline.resolve()), "kernel_package": str(directory)}))
     finally:
         ray.shutdown()
     return overall_exit(codes)
