@@ -172,7 +172,9 @@ def test_status_lists_the_node_its_classes_and_its_slot(farm_head, tmp_path):
 def three_runs(farm_head, catalogue_kernel_dir, tmp_path_factory):
     """Three --cluster runs submitted at once against the one-slot node."""
     out = tmp_path_factory.mktemp("three-runs")
-    procs = [_bench(farm_head, catalogue_kernel_dir, out / f"run{i}.json") for i in range(3)]
+    # the third is an --all-cpu-classes run: one job per class (one class here), written as run2.<class>.json
+    procs = [_bench(farm_head, catalogue_kernel_dir, out / f"run{i}.json", *(["--all-cpu-classes"] if i == 2 else []))
+             for i in range(3)]
     results = []
     for i, proc in enumerate(procs):
         try:
@@ -182,6 +184,11 @@ def three_runs(farm_head, catalogue_kernel_dir, tmp_path_factory):
                 p.kill()
             pytest.fail("three queued remote runs did not finish within 15 minutes")
         data = out / f"run{i}.json"
+        if i == 2:
+            written = sorted(out.glob("run2.*.json"))
+            assert len(written) == 1, (written, stdout + stderr)
+            data = written[0]
+            assert data.name == f"run2.{json.loads(data.read_text())['remote']['cpu_class']}.json"
         results.append((proc.returncode, stdout + stderr, json.loads(data.read_text()) if data.exists() else None))
     return results
 
@@ -249,6 +256,18 @@ def test_a_package_of_another_variant_exits_2_naming_both(farm_head, catalogue_k
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 2, stdout + stderr
     assert other in stderr and variant.name in stderr and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.slow
+def test_a_job_over_its_timeout_exits_3_naming_the_node(farm_head, catalogue_kernel_dir, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "scripts" / "benchmark_cpu.py"), str(BASELINE), "--kernel-package",
+         str(catalogue_kernel_dir), "--op", OP, *FAST, "--cluster", "auto", "--job-timeout", "2",
+         "--json", str(tmp_path / "r.json")],
+        env=farm_head["env"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "--job-timeout 2 s" in proc.stderr and "127.0.0.1" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
 
 
 def _benchmark_child(marker: str, timeout: float = 240) -> tuple[int, int]:
