@@ -20,7 +20,9 @@ $(PY):
 # torch is installed FIRST and pinned: a bare `torch` requirement would make pip
 # resolve a multi-GB CUDA build. The project's own range is satisfied by the pin.
 # The `cluster` extra (Ray) is installed too so that `make test` runs tests/test_farm.py.
-$(STAMP): pyproject.toml | $(PY)
+# The stamp also depends on this Makefile: a changed install line (e.g. a new extra)
+# reinstalls once, then the stamp is newer than both and setup is a no-op again.
+$(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,cluster]'
 	touch $(STAMP)
