@@ -95,6 +95,26 @@ def test_forwarded_flags_and_result_files():
     assert merged["remote"]["node_paths"] == {"baseline_file": "/tmp/n/b.py"} and merged["speedup"] == 2.0
 
 
+def test_shipped_files_are_the_sources_one_variant_and_the_baselines_siblings(tmp_path):
+    import io
+    import tarfile
+
+    from kernel_harness.farm.submit import baseline_files, pack
+
+    package = tmp_path / "pkg"
+    for rel in ("build.toml", "pkg_cpu/k.cpp", f"build/{VARIANT}/_ops.py", "build/torch299-cxx98-cpu-x86_64-linux/_ops.py",
+                "build/.objs/k.o", "dist/pkg.whl", "torch-ext/pkg/__init__.py"):
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).write_text(rel)
+    with tarfile.open(fileobj=io.BytesIO(pack(package, VARIANT)), mode="r:gz") as tar:
+        names = {m.name for m in tar.getmembers() if m.isfile()}
+    assert names == {"build.toml", "pkg_cpu/k.cpp", f"build/{VARIANT}/_ops.py", "torch-ext/pkg/__init__.py"}
+    # examples/rms_norm/baseline_large.py loads baseline.py beside it
+    shipped = baseline_files(PROJECT_ROOT / "examples" / "rms_norm" / "baseline_large.py")
+    assert {"baseline_large.py", "baseline.py"} <= set(shipped)
+    assert shipped["baseline.py"] == BASELINE.read_bytes()
+
+
 @needs_ray
 def test_no_cluster_at_the_address_exits_2_at_once(tmp_path):
     with socket.socket() as sock:

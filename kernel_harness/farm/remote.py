@@ -1,7 +1,8 @@
 """The task that runs one benchmark on a node that holds the slot.
 
-It unpacks the shipped kernel directory and baseline into a temporary
-directory and runs this node's own ``scripts/benchmark_cpu.py --json`` in a
+It unpacks the shipped kernel directory and baseline (with the .py files
+beside it) into a temporary
+directory, and runs this node's own ``scripts/benchmark_cpu.py --json`` in a
 subprocess, so the node benchmarks exactly as a local run does (same code
 path, same child-process isolation, same load check).  It is a Ray generator:
 it first yields where and when it started (so the driver can name the node
@@ -42,7 +43,8 @@ class RemoteJob:
     package_tar: bytes
     package_name: str
     baseline_name: str
-    baseline_source: bytes
+    #: {file name: bytes} of the baseline and the .py files beside it (a baseline may load a sibling)
+    baseline_files: dict[str, bytes]
     bench_args: tuple[str, ...]
     job_timeout: float
     cpu_class: str
@@ -76,9 +78,11 @@ def unpack(job: RemoteJob, workdir: Path) -> tuple[Path, Path]:
     package = workdir / job.package_name
     with tarfile.open(fileobj=io.BytesIO(job.package_tar), mode="r:gz") as tar:
         tar.extractall(package, filter="data")
-    baseline = workdir / job.baseline_name
-    baseline.write_bytes(job.baseline_source)
-    return package, baseline
+    baseline_dir = workdir / "baseline"
+    baseline_dir.mkdir()
+    for name, data in job.baseline_files.items():
+        (baseline_dir / Path(name).name).write_bytes(data)
+    return package, baseline_dir / job.baseline_name
 
 
 def run_job(job: RemoteJob) -> dict[str, Any]:

@@ -119,6 +119,24 @@ def pack(directory: Path, variant: str) -> bytes:
     return buffer.getvalue()
 
 
+#: Sibling .py files of the baseline are shipped up to this total (a baseline may import one).
+SIBLINGS_MAX_BYTES = 10 * 1024 * 1024
+
+
+def baseline_files(baseline: Path) -> dict[str, bytes]:
+    """The baseline and the .py files in its directory (``baseline_large.py`` loads ``baseline.py``)."""
+    files = {baseline.name: baseline.read_bytes()}
+    total = len(files[baseline.name])
+    for sibling in sorted(baseline.parent.glob("*.py")):
+        if sibling.name in files or not sibling.is_file():
+            continue
+        size = sibling.stat().st_size
+        if total + size > SIBLINGS_MAX_BYTES:
+            break
+        files[sibling.name], total = sibling.read_bytes(), total + size
+    return files
+
+
 def choose_targets(nodes: list[NodeInfo], variants: list[str], cpu_class: str, all_classes: bool) -> list[Target]:
     """Which jobs to submit; exit 2 at once when no node fits."""
     bench = [n for n in nodes if n.is_bench_node]
@@ -241,7 +259,8 @@ def run_remote(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         nodes = cluster_nodes(ray)
         targets = choose_targets(nodes, variants, args.cpu_class, args.all_cpu_classes)
         by_id = {n.node_id: n for n in nodes}
-        jobs = [RemoteJob(pack(directory, t.variant), directory.name, baseline.name, baseline.read_bytes(),
+        shipped = baseline_files(baseline)
+        jobs = [RemoteJob(pack(directory, t.variant), directory.name, baseline.name, shipped,
                           bench_args, args.job_timeout, t.label) for t in targets]
         console.print(f"[dim]farm: submitting {len(jobs)} job(s) ({', '.join(t.label for t in targets)}); "
                       "each waits for a free bench slot[/dim]")
