@@ -93,6 +93,9 @@ def test_forwarded_flags_and_result_files():
                            {"baseline_file": "/home/b.py", "kernel_package": "/home/k"})
     assert merged["baseline_file"] == "/home/b.py" and "kernel_package" not in merged
     assert merged["remote"]["node_paths"] == {"baseline_file": "/tmp/n/b.py"} and merged["speedup"] == 2.0
+    vs = merged_report({"vs_against": {"against": "/tmp/n/against/k", "ratio": 1.0}}, {}, {"against": "../k"})
+    assert vs["vs_against"] == {"against": "../k", "ratio": 1.0}
+    assert vs["remote"]["node_paths"] == {"against": "/tmp/n/against/k"}
 
 
 def test_shipped_files_are_the_sources_one_variant_and_the_baselines_siblings(tmp_path):
@@ -193,8 +196,9 @@ def three_runs(farm_head, catalogue_kernel_dir, tmp_path_factory):
     """Three --cluster runs submitted at once against the one-slot node."""
     out = tmp_path_factory.mktemp("three-runs")
     # the third is an --all-cpu-classes run: one job per class (one class here), written as run2.<class>.json
-    procs = [_bench(farm_head, catalogue_kernel_dir, out / f"run{i}.json", *(["--all-cpu-classes"] if i == 2 else []))
-             for i in range(3)]
+    # the second times the same build --against itself where benchmark_cpu.py has --against (issue 19)
+    extra = {1: ["--against", str(catalogue_kernel_dir)] if _has_against() else [], 2: ["--all-cpu-classes"]}
+    procs = [_bench(farm_head, catalogue_kernel_dir, out / f"run{i}.json", *extra.get(i, [])) for i in range(3)]
     results = []
     for i, proc in enumerate(procs):
         try:
@@ -211,6 +215,23 @@ def three_runs(farm_head, catalogue_kernel_dir, tmp_path_factory):
             assert data.name == f"run2.{json.loads(data.read_text())['remote']['cpu_class']}.json"
         results.append((proc.returncode, stdout + stderr, json.loads(data.read_text()) if data.exists() else None))
     return results
+
+
+def _has_against() -> bool:
+    return "--against" in (PROJECT_ROOT / "scripts" / "benchmark_cpu.py").read_text()
+
+
+@pytest.mark.slow
+def test_against_ships_the_other_build_and_names_the_local_one(three_runs, catalogue_kernel_dir):
+    if not _has_against():
+        pytest.skip("this benchmark_cpu.py has no --against (issue 19) yet")
+    code, output, report = three_runs[1]
+    assert code == 0 and report is not None, output[-3000:]
+    vs = report["vs_against"]
+    assert vs is not None and vs["against"] == str(catalogue_kernel_dir) and vs["ratio"] > 0
+    assert report["remote"]["node_paths"]["against"] != vs["against"]
+    if vs.get("against_build_id") is not None:
+        assert vs["against_build_id"] == report["kernel_build"]["build_id"]
 
 
 @pytest.mark.slow

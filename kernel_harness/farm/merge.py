@@ -45,7 +45,11 @@ def merged_report(report: dict[str, Any], remote: dict[str, Any], local_paths: d
     paths are kept in ``remote.node_paths``.
     """
     node_paths = {key: report[key] for key in LOCAL_PATH_KEYS if key in report}
-    merged = {**report, **{k: v for k, v in local_paths.items() if k in report}}
+    merged = {**report, **{k: v for k, v in local_paths.items() if k in LOCAL_PATH_KEYS and k in report}}
+    vs = report.get("vs_against")
+    if isinstance(vs, dict) and "against" in vs and "against" in local_paths:  # --against DIR, shipped too
+        node_paths["against"] = vs["against"]
+        merged["vs_against"] = {**vs, "against": local_paths["against"]}
     merged["remote"] = {**remote, "node_paths": node_paths}
     return merged
 

@@ -48,6 +48,9 @@ class RemoteJob:
     bench_args: tuple[str, ...]
     job_timeout: float
     cpu_class: str
+    #: --against DIR: that kernel directory packed like the package (same variant), or None
+    against_tar: bytes | None = None
+    against_name: str = "against"
 
 
 def now() -> str:
@@ -74,10 +77,14 @@ def _die_with_parent() -> None:
         pass
 
 
+def _extract(data: bytes, target: Path) -> Path:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
 def unpack(job: RemoteJob, workdir: Path) -> tuple[Path, Path]:
-    package = workdir / job.package_name
-    with tarfile.open(fileobj=io.BytesIO(job.package_tar), mode="r:gz") as tar:
-        tar.extractall(package, filter="data")
+    package = _extract(job.package_tar, workdir / "package" / job.package_name)
     baseline_dir = workdir / "baseline"
     baseline_dir.mkdir()
     for name, data in job.baseline_files.items():
@@ -94,6 +101,8 @@ def run_job(job: RemoteJob) -> dict[str, Any]:
         report_path = workdir / "report.json"
         cmd = [sys.executable, str(SCRIPTS_DIR / "benchmark_cpu.py"), str(baseline),
                "--kernel-package", str(package), *job.bench_args, "--json", str(report_path)]
+        if job.against_tar is not None:
+            cmd += ["--against", str(_extract(job.against_tar, workdir / "against" / job.against_name))]
         proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True, preexec_fn=_die_with_parent)
         try:

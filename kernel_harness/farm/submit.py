@@ -31,7 +31,7 @@ from .remote import RemoteJob, benchmark_on_node, now
 
 #: Options of benchmark_cpu.py the driver handles itself (never forwarded to the node).
 DRIVER_ONLY = {"help", "baseline", "kernel_package", "json", "cluster", "cpu_class", "all_cpu_classes",
-               "job_timeout"}
+               "job_timeout", "against"}
 #: Extra seconds the driver waits past --job-timeout before it cancels (the node kills first).
 DRIVER_GRACE_S = 60.0
 VARIANT_DIR = re.compile(r"^torch\d+-")
@@ -90,11 +90,12 @@ def package_variants(directory: Path) -> list[str]:
     return sorted(p.name for p in build.iterdir() if p.is_dir() and VARIANT_DIR.match(p.name)) if build.is_dir() else []
 
 
-def check_package(spec: str) -> tuple[Path, list[str]]:
+def check_package(spec: str, flag: str = "--kernel-package") -> tuple[Path, list[str]]:
     directory = Path(spec)
     if not (directory / "build.toml").is_file():
-        raise UsageError(f"--cluster ships a kernel directory, and {spec} is not one (no build.toml). Pass the "
-                         "directory you built with scripts/build_kernel.py; an installed package name cannot be shipped.")
+        raise UsageError(f"--cluster ships kernel directories, and {flag} {spec} is not one (no build.toml). Pass "
+                         "the directory you built with scripts/build_kernel.py; an installed package name cannot "
+                         "be shipped.")
     variants = package_variants(directory)
     if not variants:
         raise UsageError(f"{directory}/build/ holds no build variant (torch*-*-cpu-*). Build it first with "
@@ -244,15 +245,19 @@ def run_remote(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if args.all_cpu_classes and args.json is None:
         raise UsageError("--all-cpu-classes writes one JSON per class: pass --json FILE "
                          "(written as FILE's stem + .<class>.json, e.g. out.avx2.json).")
-    if getattr(args, "against", None):
-        raise UsageError("--against cannot be combined with --cluster yet (only one package is shipped); "
-                         "run the comparison locally.")
     if not args.job_timeout > 0:
         raise UsageError(f"--job-timeout must be a positive number of seconds, not {args.job_timeout}.")
     baseline = Path(args.baseline)
     if not baseline.is_file():
         raise UsageError(f"Baseline file {baseline} does not exist. Pass the path of your baseline.py.")
     directory, variants = check_package(args.kernel_package)
+    against = check_package(args.against, "--against") if getattr(args, "against", None) else None
+    if against is not None:  # both builds must load on the node: only their common variants qualify
+        variants = [v for v in variants if v in against[1]]
+        if not variants:
+            raise UsageError(f"--kernel-package {directory} and --against {against[0]} share no build variant "
+                             f"({', '.join(package_variants(directory))} vs {', '.join(against[1])}); build both "
+                             "with the same torch.")
     bench_args = tuple(forwarded_args(args, parser))
     ray = connect(args.cluster)
     try:
@@ -261,7 +266,9 @@ def run_remote(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         by_id = {n.node_id: n for n in nodes}
         shipped = baseline_files(baseline)
         jobs = [RemoteJob(pack(directory, t.variant), directory.name, baseline.name, shipped,
-                          bench_args, args.job_timeout, t.label) for t in targets]
+                          bench_args, args.job_timeout, t.label,
+                          against_tar=pack(against[0], t.variant) if against else None,
+                          against_name=against[0].name if against else "against") for t in targets]
         console.print(f"[dim]farm: submitting {len(jobs)} job(s) ({', '.join(t.label for t in targets)}); "
                       "each waits for a free bench slot[/dim]")
         with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
@@ -270,7 +277,8 @@ def run_remote(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         for outcome in outcomes:
             path = class_json_path(args.json, outcome["label"]) if args.all_cpu_classes else args.json
             codes.append(finish(outcome, by_id, args.cpu_class, path, args.job_timeout,
-                                {"baseline_file": str(baseline.resolve()), "kernel_package": str(directory)}))
+                                {"baseline_file": str(baseline.resolve()), "kernel_package": str(directory),
+                                 **({"against": args.against} if against else {})}))
     finally:
         ray.shutdown()
     return overall_exit(codes)
