@@ -74,6 +74,26 @@ def test_targets_pick_class_variant_and_one_job_per_class():
         choose_targets([_node("plain", ("avx2",), slots=0)], [VARIANT], "any", all_classes=False)
 
 
+def test_a_queued_job_whose_nodes_are_all_gone_is_lost_not_pending_for_ever():
+    from kernel_harness.farm.submit import JobLost, Target, _wait_for_start
+
+    class FakeRay:
+        """Ray with the job queued and the cluster's only node dead."""
+        polls = 0
+
+        def wait(self, refs, timeout=None):
+            self.polls += 1
+            return [], refs
+
+        def nodes(self):
+            return [{"Alive": False, "Resources": {"bench_slot": 1, "isa_avx2": 1}}]
+
+    fake = FakeRay()
+    with pytest.raises(JobLost, match="no alive node"):
+        _wait_for_start(fake, object(), Target("avx2", {"bench_slot": 1, "isa_avx2": 0.01}, VARIANT))
+    assert fake.polls == 2
+
+
 def test_forwarded_flags_and_result_files():
     sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
     spec = importlib.util.spec_from_file_location("benchmark_cpu_farm", PROJECT_ROOT / "scripts" / "benchmark_cpu.py")

@@ -34,6 +34,8 @@ DRIVER_ONLY = {"help", "baseline", "kernel_package", "json", "cluster", "cpu_cla
                "job_timeout", "against"}
 #: Extra seconds the driver waits past --job-timeout before it cancels (the node kills first).
 DRIVER_GRACE_S = 60.0
+#: How often a queued job checks that some alive node can still run it.
+QUEUE_POLL_S = 5.0
 VARIANT_DIR = re.compile(r"^torch\d+-")
 SKIP_PARTS = {".objs", "dist", ".git", "__pycache__", ".pytest_cache"}
 
@@ -152,8 +154,9 @@ def choose_targets(nodes: list[NodeInfo], variants: list[str], cpu_class: str, a
                          "the nodes' torch, or run nodes with the package's torch.")
     if all_classes:
         tops = {n.top: n.variant for n in loadable}
+        order = ("generic", *CLASSES)
         return [Target(top, {SLOT: 1, CLASS_PREFIX + top: SELECT, VARIANT_PREFIX + v: SELECT}, v)
-                for top, v in sorted(tops.items(), key=lambda kv: ([*CLASSES, "generic"].index(kv[0]) if kv[0] in CLASSES else -1))]
+                for top, v in sorted(tops.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else -1)]
     fitting = loadable if cpu_class == "any" else [n for n in loadable if cpu_class in n.classes]
     if not fitting:
         have = sorted({c for n in loadable for c in n.classes}, key=CLASSES.index)
@@ -183,6 +186,26 @@ def _next_item(ray, gen, timeout: float | None, what: str) -> dict[str, Any]:
         raise JobLost(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
 
 
+def _feasible(ray, resources: dict[str, float]) -> bool:
+    """Whether an alive node still offers every resource the job asks for."""
+    return any(node.get("Alive") and all(key in (node.get("Resources") or {}) for key in resources)
+               for node in ray.nodes())
+
+
+def _wait_for_start(ray, gen, target: Target) -> dict[str, Any]:
+    """Wait in Ray's queue for the slot, however long the queue; but when no alive node can run the
+    job any more (its only node died), Ray would keep it pending for ever: that is a lost job."""
+    misses = 0
+    while True:
+        try:
+            return _next_item(ray, gen, QUEUE_POLL_S, "starting")
+        except TimeoutError:
+            misses = 0 if _feasible(ray, target.resources) else misses + 1
+            if misses >= 2:
+                raise JobLost("no alive node offers the resources it needs any more "
+                              f"({', '.join(sorted(target.resources))})") from None
+
+
 def follow(ray, target: Target, job: RemoteJob, job_timeout: float) -> dict[str, Any]:
     """Submit one job and wait for it: queue unbounded, run bounded by ``job_timeout``."""
     task = ray.remote(benchmark_on_node).options(
@@ -190,8 +213,12 @@ def follow(ray, target: Target, job: RemoteJob, job_timeout: float) -> dict[str,
     submitted_at, t0 = now(), time.monotonic()
     gen = task.remote(job)
     try:
-        started = _next_item(ray, gen, None, "starting")
+        started = _wait_for_start(ray, gen, target)
     except JobLost as exc:
+        try:
+            ray.cancel(gen, force=True)
+        except Exception:  # noqa: BLE001 - never started, nothing to stop
+            pass
         return {"status": "lost", "node": "(not started on any node)", "detail": str(exc), "label": target.label}
     try:
         outcome = _next_item(ray, gen, job_timeout + DRIVER_GRACE_S, "a result")
@@ -208,6 +235,8 @@ def follow(ray, target: Target, job: RemoteJob, job_timeout: float) -> dict[str,
 
 
 def _node_name(outcome: dict[str, Any]) -> str:
+    if not outcome.get("node_id"):
+        return str(outcome.get("node"))
     return f"{outcome.get('node')} ({outcome.get('node_ip')}, Ray node {str(outcome.get('node_id'))[:12]})"
 
 
