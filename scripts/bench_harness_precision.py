@@ -66,6 +66,13 @@ SLOWER_SPIN_FRACTION = "0.10"
 BUSY_RANGE = (0.8, 1.25)
 
 
+def _absolute_if_dir(spec: str | None) -> str | None:
+    """A kernel directory as an absolute path; an installed package name unchanged."""
+    if spec is not None and Path(spec).is_dir():
+        return str(Path(spec).resolve())
+    return spec
+
+
 def one_run(baseline: Path, package: str, op: str, extra: list[str], env: dict[str, str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.json"
@@ -175,7 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="extra benchmark_cpu.py arguments (one string)")
     add_json_option(parser)
     args = parser.parse_args(argv)
-    args.baseline = args.baseline or MODE_BASELINES[args.mode]
+    # every run happens in its own temporary directory: paths given relative to
+    # the caller's directory are made absolute first
+    args.baseline = (args.baseline or MODE_BASELINES[args.mode]).resolve()
     if not args.baseline.is_file():
         raise UsageError(f"Baseline {args.baseline} does not exist.")
     if args.busy < 0 or args.runs < 1:
@@ -183,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     package, op, against = MODE_DEFAULTS[args.mode]
     package, op = args.kernel_package or package, args.op or op
     against = args.against or against or (package if args.mode == "against" else None)
+    package, against = _absolute_if_dir(package), _absolute_if_dir(against)
     extra = args.extra.split() + (["--against", against] if against else [])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(IDENTICAL_KERNELS), env.get("PYTHONPATH", "")) if p)
