@@ -444,24 +444,28 @@ inline void masked_softmax_row(const T* x, const bool* m, T* y, int64_t S, doubl
 // double) when its kept values are tame (see ms_fast_row_ok); every output is
 // then within kMsErrUlps fp32 ulps of the exact softmax (derivation at
 // kMsErrUlps), so its bf16 rounding can differ from the reference's only when
-// the fp32 value lies within kMsTieUlps of a bf16 tie. Those lanes (23 bit
-// patterns in 65536, ~1 lane in 2900) are screened and recomputed exactly in double, with the
-// row's exact double sum computed once for the row (ms_exact_sum). Other rows
-// (and fp32/fp16 rows) take masked_softmax_row, the double path above.
+// the fp32 value lies within kMsTieUlps of a bf16 tie. Those lanes (15 bit
+// patterns in 65536, ~1 lane in 4400) are screened and recomputed in double:
+// exp(x) exactly, and the row's sum as an interval around the fp32 exps' sum,
+// which settles ~2 in 3 of them; the rest take the row's exact double sum
+// (ms_exact_sum, once per row). Other rows (and fp32/fp16 rows) take
+// masked_softmax_row, the double path above.
 //
 // Error budget, in units u = 2^-24 relative (1 fp32 ulp >= 1 u):
 //   e = exp(t + c): t + c is x*scale - max to ~2^-30 absolute (x*sh and its
 //   sum with -max exact by TwoSum, x*sl and the scale split's residual tiny
 //   for |x*scale| <= 1024), then vexp's reduction and degree-6 polynomial:
-//   measured <= 2.06 u over t in [-81, 1] with c in +-2^-5 (33 M random
-//   and grid points against double exp, on the Ice Lake development box); taken as 4 u.
-//   sum of e in double: within 4 u of the exact sum (each term is).
+//   measured <= 1.66 u over t in [-81, 1] with c in +-2^-5 (33 M random
+//   and grid points against double exp, on the Ice Lake development box); taken as 2 u.
+//   sum of e in double: within 2 u of the exact sum (each term is).
 //   inv = float(1 / sum): 1 u.  y = e * inv rounded: 1 u.
-//   total <= 4 + 4 + 1 + 1 = 10 u <= 10 ulps of y.
-// A lane whose fp32 bits lie more than 11 ulps from a bf16 tie therefore
+//   total <= 2 + 2 + 1 + 1 = 6 u <= 6 ulps of y.
+// A lane whose fp32 bits lie more than 7 ulps from a bf16 tie therefore
 // rounds to the reference's bf16 value (the reference rounds the exact value
 // to fp32 first, which moves it by at most half an ulp).
-constexpr int kMsErrUlps = 10;
+constexpr int kMsErrUlps = 6;
+// The fp32 exps' double sum is within 2 u of the exact sum; the fix-ups allow 8 u.
+constexpr double kMsSumSlack = 0x1.0p-21;
 constexpr int kMsTieUlps = kMsErrUlps + 1;
 
 // keep lanes of 8 mask bytes (all ones where kept)
@@ -489,7 +493,7 @@ inline V ms_vexp(V t, V c) {
   p = vfmadd(p, r, vset1(4.1665795894e-2f));
   p = vfmadd(p, r, vset1(1.6666665459e-1f));
   p = vfmadd(p, r, vset1(5.0000001201e-1f));
-  p = vfmadd(p, vmul(r, r), vadd(r, vset1(1.0f)));
+  p = vadd(vfmadd(p, vmul(r, r), r), vset1(1.0f));  // 1 + (r + r^2 P(r)): one rounding at the end
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return vmul(p, _mm256_castsi256_ps(bits));
 }
@@ -558,8 +562,9 @@ inline double ms_exact_sum(const T* x, const bool* m, int64_t S, double scale, d
   for (int64_t i = 0; i < S; i += W) {
     const int64_t n = std::min<int64_t>(W, S - i);
     const V xv = n == W ? load(x + i) : load_tail(x + i, n);
-    DV ml, mh;
-    mask_pair(m + i, n, ml, mh);
+    const __m256i k = n == W ? ms_keep(m + i) : ms_keep_tail(m + i, n);
+    const DV ml = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(k)));
+    const DV mh = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(k, 1)));
     const DV el = dexp(dv_sub(dv_blend(ml, dv_mul(lo_pd(xv), sc), ninf), mv));
     const DV eh = dexp(dv_sub(dv_blend(mh, dv_mul(hi_pd(xv), sc), ninf), mv));
     sum = dv_add(sum, dv_add(el, eh));
@@ -587,7 +592,8 @@ inline bool ms_near_tie(float y) {
 }
 
 // One bf16 row by the fast path; false (nothing written) when the row does not qualify.
-inline bool ms_row_fast(const bf16_t* x, const bool* m, bf16_t* y, int64_t S, const MsScale& s, float* e) {
+// blocks: scratch for the starts of screened blocks (S / (2 W) + 1 entries).
+inline bool ms_row_fast(const bf16_t* x, const bool* m, bf16_t* y, int64_t S, const MsScale& s, float* e, int64_t* blocks) {
   float hi, lo;
   ms_row_range(x, m, S, hi, lo);
   if (!ms_fast_row_ok(hi, lo, s)) return false;
@@ -610,25 +616,42 @@ inline bool ms_row_fast(const bf16_t* x, const bool* m, bf16_t* y, int64_t S, co
   if (!(sum >= 0.5 && sum < 0x1.0p100)) return false;  // NaN in a kept lane
   const double inv64 = 1.0 / sum;
   const V inv = vset1(static_cast<float>(inv64));
-  __m256i near = _mm256_setzero_si256();
+  int64_t flagged = 0;
   i = 0;
   for (; i + 2 * W <= S; i += 2 * W) {
+    __m256i near = _mm256_setzero_si256();
     const __m256i out = ms_round2(vmul(load(e + i), inv), vmul(load(e + i + W), inv), near);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), out);
+    if (__builtin_expect(!_mm256_testz_si256(near, near), 0)) blocks[flagged++] = i;
   }
   if (i < S) {
+    __m256i near = _mm256_setzero_si256();
     alignas(32) bf16_t tmp[2 * W];
     _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), ms_round2(vmul(load(e + i), inv), vmul(load(e + i + W), inv), near));
     std::memcpy(y + i, tmp, static_cast<size_t>(S - i) * sizeof(bf16_t));
+    if (!_mm256_testz_si256(near, near)) blocks[flagged++] = i;
   }
-  if (__builtin_expect(_mm256_testz_si256(near, near), 1)) return true;
-  // Fix-ups: the screened lanes, exactly as the double path computes them.
-  const double top64 = static_cast<double>(hi) * s.scale;
-  const double exact_inv = 1.0 / ms_exact_sum(x, m, S, s.scale, top64);
+  if (__builtin_expect(flagged == 0, 1)) return true;
+  // Fix-ups of the screened lanes: exp(x) in double; the exact value lies
+  // within kMsSumSlack of e * inv64 (the sum's error), and rounding is
+  // monotone, so when both ends of that interval give one bf16 value it is
+  // the reference's; otherwise divide by the exact double sum.
+  // The offset the fp32 exps used (hi * sh, exact), so that ek and inv64 agree.
+  const double top64 = static_cast<double>(top);
+  double exact_inv = 0.0;
   const float invf = static_cast<float>(inv64);
-  for (int64_t k = 0; k < S; ++k) {
-    if (m[k] && ms_near_tie(e[k] * invf)) {
-      store_scalar(y + k, std::exp(static_cast<double>(bf16_to_float(x[k])) * s.scale - top64) * exact_inv);
+  for (int64_t b = 0; b < flagged; ++b) {
+    for (int64_t k = blocks[b]; k < std::min<int64_t>(blocks[b] + 2 * W, S); ++k) {
+      if (!m[k] || !ms_near_tie(e[k] * invf)) continue;
+      const double ek = std::exp(static_cast<double>(bf16_to_float(x[k])) * s.scale - top64);
+      const bf16_t below = float_to_bf16(static_cast<float>(ek * inv64 * (1.0 - kMsSumSlack)));
+      const bf16_t above = float_to_bf16(static_cast<float>(ek * inv64 * (1.0 + kMsSumSlack)));
+      if (below.bits == above.bits) {
+        y[k] = below;
+        continue;
+      }
+      if (exact_inv == 0.0) exact_inv = 1.0 / ms_exact_sum(x, m, S, s.scale, top64);
+      store_scalar(y + k, ek * exact_inv);
     }
   }
   return true;
@@ -651,12 +674,13 @@ static void masked_softmax_body(T* out, const T* x, int64_t x_size0, int64_t x_s
   {
     std::vector<double> buf(static_cast<size_t>(S + W));
     std::vector<float> e(std::is_same_v<T, bf16_t> ? static_cast<size_t>(S + 2 * W) : 0);
+    std::vector<int64_t> blocks(std::is_same_v<T, bf16_t> ? static_cast<size_t>(S / (2 * W) + 1) : 0);
 #pragma omp for schedule(dynamic, run)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t t = r % Tq, h = (r / Tq) % H, b = r / (Tq * H);
       const bool* m = mask + ((b * mask_size1 + (mask_size1 == 1 ? 0 : h)) * Tq + t) * S;
       if constexpr (std::is_same_v<T, bf16_t>) {
-        if (ms_row_fast(x + r * S, m, out + r * S, S, split, e.data())) continue;
+        if (ms_row_fast(x + r * S, m, out + r * S, S, split, e.data(), blocks.data())) continue;
       }
       masked_softmax_row(x + r * S, m, out + r * S, S, scale, buf.data());
     }
