@@ -441,3 +441,54 @@ def test_cli_signature_and_count_mismatch(script, tmp_path):
     bad = script("new_kernel", "--op", "x", "--name", "sig_k", "--dir", tmp_path / "k3",
                  "--signature", "x: Tensor, n: complex -> Tensor", cwd=tmp_path)
     assert bad.returncode == 2 and "complex" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tier", ["avx2", "avx512"])
+def test_masked_softmax_bf16_fast_path_is_bit_equal_to_the_float64_reference(tmp_path, tier):
+    """Each SIMD body's bf16 rows (fp32 exp, screened stores, fix-ups in double) on every bf16 set plus
+    enough headline-like rows that the screen flags lanes (about 1 in 4400) and fix-ups run. The
+    AVX512 fast path uses no AVX512-BF16 instruction (its double-path fallback does): on a CPU
+    without AVX512-BF16 only the sets whose every row takes the fast path are run."""
+    import ctypes
+    import importlib.util
+    import tomllib
+
+    import torch
+
+    needed = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}[tier]
+    if not needed <= _cpu_flags():
+        pytest.skip(f"this CPU lacks {sorted(needed - _cpu_flags())}")
+    package, op = "masked_softmax_kernel", "masked_softmax"
+    ns = f"{package}_cpu"
+    plan = plan_project(ScaffoldOptions(ops=(op,), name=package, directory=tmp_path,
+                                        signatures=(signature_from_baseline(EXAMPLES / op / "baseline.py", op),)))
+    flags = tomllib.loads(plan.files["build.toml"])["kernel"][f"{ns}_{tier}"]["cxx-flags"]
+    (tmp_path / f"{package}_tiers.hpp").write_text(plan.files[f"{ns}/{package}_tiers.hpp"])
+    shutil.copy(EXAMPLES / op / "solution" / ns / f"{package}_{tier}.cpp", tmp_path / "unit.cpp")
+    (tmp_path / "wrap.cpp").write_text(
+        f'#include "{package}_tiers.hpp"\nextern "C" void run(void* out, const void* x, int64_t B, int64_t H, '
+        f'int64_t T, int64_t S, const bool* m, double scale) {{ {ns}::{tier}::masked_softmax({ns}::DType::BF16, out, '
+        f'x, B, H, T, S, m, B, 1, T, S, scale); }}\n')
+    lib_path = tmp_path / "unit.so"
+    subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib_path)],
+                   cwd=tmp_path, check=True, capture_output=True, timeout=600)
+    lib = ctypes.CDLL(str(lib_path))
+    spec = importlib.util.spec_from_file_location(f"{op}_baseline", EXAMPLES / op / "baseline.py")
+    baseline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(baseline)
+    torch.manual_seed(0)
+    sets = [[s[0].bfloat16(), *s[1:]] for s in baseline.get_correctness_inputs()]
+    sets += [baseline._case(1, 4, 256, 512, torch.bfloat16, scale=scale) for scale in (0.125, 0.0883883)]
+    sets.append(baseline._case(2, 2, 8, 77, torch.bfloat16, scale=-0.5))  # scale <= 0: the double path
+    if tier == "avx512" and "avx512_bf16" not in _cpu_flags():
+        # the fast path's range (ms_fast_row_ok): scale > 0, a kept element in every row, spread <= 80
+        sets = [(x, mask, scale) for x, mask, scale in sets if scale > 0 and bool(mask.any(-1).all())
+                and bool(((x.float().amax(-1) - x.float().amin(-1)) * scale <= 80).all())]
+        assert len(sets) >= 4
+    for x, mask, scale in sets:
+        out = torch.empty_like(x)
+        ptr = lambda t: ctypes.c_void_p(t.data_ptr())  # noqa: E731
+        lib.run(ptr(out), ptr(x), *[ctypes.c_int64(v) for v in x.shape], ptr(mask), ctypes.c_double(scale))
+        reference = baseline.get_reference_output(x, mask, scale)
+        assert torch.equal(out, reference), (tuple(x.shape), scale, (out.float() - reference.float()).abs().max().item())
