@@ -228,3 +228,26 @@ def test_precision_script_counts_each_target():
     s = script.summarize([run(10.9, (7.4, 61)), run(10.9, (7.4, 61), reliable=False), run(1.1)], "identical")
     assert s["unreliable_or_within_0.8_1.25"] == 2 and s["unreliable"] == 1
     assert s["within_0.95_1.05"] == 0 and s["speedup_ci_contains_1"] == 1
+
+
+def test_a_refreshed_baseline_is_judged_by_the_run_itself_not_the_load_average():
+    """``trial_manager.py baseline-us --refresh`` times the value every later --baseline-us
+    run divides by: with real busy loops on every CPU (started just now, so the load
+    average still lags), it must say reliable: false, from the run's own detector."""
+    from kernel_harness.bench.baseline_timing import time_baseline
+
+    cpus = os.cpu_count() or 1
+    if cpus > 8:
+        pytest.skip(f"{cpus} CPUs: too many busy loops to start for this test")
+    busy = _busy_loops(cpus)
+    try:
+        report = time_baseline(RMS, threads=1, rounds=4)
+    finally:
+        for proc in busy:
+            proc.kill()
+        for proc in busy:
+            proc.wait()
+    conditions = report["conditions"]
+    assert conditions["run_queue_samples"] > 0 and "run_queue_wait" in conditions
+    assert report["reliable"] is False and report["unreliable_reasons"], conditions
+    assert conditions["oversubscribed"] is True
