@@ -251,3 +251,22 @@ def test_a_refreshed_baseline_is_judged_by_the_run_itself_not_the_load_average()
     assert conditions["run_queue_samples"] > 0 and "run_queue_wait" in conditions
     assert report["reliable"] is False and report["unreliable_reasons"], conditions
     assert conditions["oversubscribed"] is True
+
+
+@pytest.mark.parametrize("pairs", [1, 2])
+def test_three_sides_follow_each_other_equally_often(pairs):
+    """With --against, each worker pair's rounds put every side in every position and
+    right after every other side equally often (a bias-free comparison of two builds)."""
+    from collections import Counter
+
+    from kernel_harness.bench.timing import round_order
+
+    sides = ("b", "k", "a")
+    for pair in range(pairs):
+        orders = [round_order(rnd, pairs, sides) for rnd in range(pair, 6 * pairs, pairs)]
+        positions = Counter((side, order.index(side)) for order in orders for side in sides)
+        follows = Counter((o[i], o[i + 1]) for o in orders for i in range(len(o) - 1))
+        assert set(positions.values()) == {2} and len(positions) == 9
+        assert set(follows.values()) == {2} and len(follows) == 6, follows
+    # two sides keep the ABAB order: baseline first, then kernel first
+    assert [round_order(r, 1, ("b", "k")) for r in range(4)] == [("b", "k"), ("k", "b")] * 2
