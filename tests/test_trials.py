@@ -907,3 +907,15 @@ def test_side_by_side_against_the_best_is_found_by_build_id(workspace, monkeypat
     assert status["best_trial"] == "t2"
     assert status["decisions"]["t1"]["vs_parent"]["verdict"] == "no measurable difference"
     assert status["decisions"]["t2"]["vs_parent"]["basis"] == "intervals"  # its ratio is against t0, not t1
+
+
+def test_finalize_refuses_a_final_run_without_a_timed_speedup(workspace):
+    """A correct report whose timing did not happen (no speedup) is no final measurement:
+    exit 2 naming the file, and summary.json keeps no half-recorded final run."""
+    tm(workspace, "init", "rms", BASELINE)
+    save_and_record(workspace, 0, None, report(workspace, "t0", speedup=9.0, ci=[8.5, 9.5], kernel_build=None))
+    untimed = report(workspace, "untimed", speedup=None, kernel_us=None, kernel_build=None)
+    proc = tm(workspace, "finalize", "rms", "output", "--final-json", untimed)
+    assert proc.returncode == 2 and "untimed.json" in proc.stderr and "speedup" in proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr
+    assert not (workspace / "output" / "summary.json").exists()

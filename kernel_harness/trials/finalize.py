@@ -37,7 +37,7 @@ def final_measurement(path: Path, state: TreeState, best: Trial, store: TrialSto
                       accept_unreliable: bool) -> dict[str, Any]:
     """The final run (benchmark_cpu.py --json on the finalized build), checked before anything is written.
 
-    Refused: an incorrect run (exit 1), and (exit 2) a run on another baseline
+    Refused: an incorrect run (exit 1), and (exit 2) a run without a timed speedup, a run on another baseline
     (sha256 of its ``baseline_file`` differs from the tree's), a run against a
     cached --baseline-us (the final speedup is timed side by side), a run of
     another build than the best trial's sources, and an unreliable run unless
@@ -49,6 +49,13 @@ def final_measurement(path: Path, state: TreeState, best: Trial, store: TrialSto
         raise CheckFailed(
             f"--final-json: {path} records an incorrect final run (see its \"failures\"). Nothing was "
             "recorded. The finalized kernel must pass; fix it or finalize another trial."
+        )
+    speedup = data.get("speedup")
+    if isinstance(speedup, bool) or not isinstance(speedup, (int, float)) or not speedup > 0:
+        raise UsageError(
+            f"--final-json: {path} has no timed speedup (speedup: {speedup!r}; see its \"timing\" and "
+            "\"notes\"). Nothing was recorded. The final measurement is a timed run: rerun "
+            "benchmark_cpu.py on the finalized build without --baseline-us and pass that JSON."
         )
     baseline = data.get("baseline_file")
     if not isinstance(baseline, str) or not Path(baseline).is_file():
