@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from bench_helpers import FAST, KERNELS, RMS, ROOT, run_bench, run_bench_subprocess
@@ -229,6 +230,33 @@ def test_precision_script_counts_each_target():
     assert s["unreliable_or_within_0.8_1.25"] == 2 and s["unreliable"] == 1
     assert s["within_0.95_1.05"] == 0 and s["speedup_ci_contains_1"] == 1
 
+
+
+def test_precision_script_passes_absolute_paths_to_its_runs(tmp_path, monkeypatch):
+    """Each run starts in a temporary directory, so a relative --baseline, a kernel
+    directory or an --against directory given relative to the caller must reach it
+    resolved (they pointed nowhere before: every run exited 2)."""
+    script = _precision_script()
+    seen = []
+
+    def fake_run(baseline, package, op, extra, env):
+        seen.append((baseline, package, extra))
+        return {"exit": 0, "wall_s": 1.0, "load_before": 0.1, "speedup": 1.0, "speedup_ci": [0.95, 1.05],
+                "speedup_paired": 1.0, "reliable": True, "vs_against": None, "stderr": ""}
+
+    monkeypatch.setattr(script, "one_run", fake_run)
+    kernel_dir = tmp_path / "kernel"
+    kernel_dir.mkdir()
+    (tmp_path / "base.py").write_text(Path(RMS).read_text())
+    monkeypatch.chdir(tmp_path)
+    assert script.main(["--runs", "1", "--mode", "against", "--baseline", "base.py",
+                        "--kernel-package", "kernel", "--op", "kernel.rms_norm"]) == 0
+    baseline, package, extra = seen[0]
+    assert Path(baseline).is_absolute() and Path(baseline).is_file()
+    assert package == str(kernel_dir) and extra[-2:] == ["--against", str(kernel_dir)]
+    # an installed package name is passed on as it is
+    assert script.main(["--runs", "1", "--mode", "slower"]) == 0
+    assert seen[1][1] == "bk_honest_spin" and seen[1][2][-2:] == ["--against", "bk_honest"]
 
 def test_a_refreshed_baseline_is_judged_by_the_run_itself_not_the_load_average():
     """``trial_manager.py baseline-us --refresh`` times the value every later --baseline-us
