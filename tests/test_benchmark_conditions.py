@@ -53,6 +53,9 @@ def test_conditions_and_kernel_build_travel_with_the_result(tmp_path, monkeypatc
     assert c["run_queue_max"] >= 1 and isinstance(c["oversubscribed"], bool)
     assert report["kernel_build"] == {"module": "bk_honest", "build_id": None}
     assert report["vs_against"] is None
+    import hashlib
+
+    assert report["baseline_sha256"] == hashlib.sha256(Path(RMS).read_bytes()).hexdigest()
     _assert_honest_verdict(report)
 
 

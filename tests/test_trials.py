@@ -919,3 +919,21 @@ def test_finalize_refuses_a_final_run_without_a_timed_speedup(workspace):
     assert proc.returncode == 2 and "untimed.json" in proc.stderr and "speedup" in proc.stderr, proc.stderr
     assert "internal error" not in proc.stderr
     assert not (workspace / "output" / "summary.json").exists()
+
+
+def test_finalize_matches_the_baseline_by_the_reports_sha256_from_any_directory(workspace):
+    """benchmark_cpu.py records baseline_file as given (often relative to where it ran);
+    its baseline_sha256 lets finalize check the baseline from another directory."""
+    import hashlib
+
+    tm(workspace, "init", "rms", BASELINE)
+    save_and_record(workspace, 0, None, report(workspace, "t0", speedup=9.0, ci=[8.5, 9.5], kernel_build=None))
+    sha = hashlib.sha256(BASELINE.read_bytes()).hexdigest()
+    elsewhere = report(workspace, "elsewhere", speedup=8.8, ci=[8.3, 9.3], kernel_build=None,
+                       baseline_file="some/other/cwd/baseline.py", baseline_sha256=sha)
+    proc = tm(workspace, "finalize", "rms", "output", "--final-json", elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((workspace / "output" / "summary.json").read_text())["final"]["speedup"] == 8.8
+    other = report(workspace, "other", kernel_build=None, baseline_sha256="0" * 64)
+    proc = tm(workspace, "finalize", "rms", "output", "--final-json", other)
+    assert proc.returncode == 2 and "another baseline" in proc.stderr

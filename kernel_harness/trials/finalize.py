@@ -38,7 +38,7 @@ def final_measurement(path: Path, state: TreeState, best: Trial, store: TrialSto
     """The final run (benchmark_cpu.py --json on the finalized build), checked before anything is written.
 
     Refused: an incorrect run (exit 1), and (exit 2) a run without a timed speedup, a run on another baseline
-    (sha256 of its ``baseline_file`` differs from the tree's), a run against a
+    (its ``baseline_sha256``, or the sha256 of its ``baseline_file``, differs from the tree's), a run against a
     cached --baseline-us (the final speedup is timed side by side), a run of
     another build than the best trial's sources, and an unreliable run unless
     accepted.
@@ -58,12 +58,15 @@ def final_measurement(path: Path, state: TreeState, best: Trial, store: TrialSto
             "benchmark_cpu.py on the finalized build without --baseline-us and pass that JSON."
         )
     baseline = data.get("baseline_file")
-    if not isinstance(baseline, str) or not Path(baseline).is_file():
-        raise UsageError(
-            f"--final-json: {path} names no readable baseline_file ({baseline!r}), so it cannot be checked "
-            f"against the tree's baseline {state.baseline.path}. Rerun benchmark_cpu.py on that baseline."
-        )
-    if file_sha256(Path(baseline)) != state.baseline.sha256:
+    measured_sha = data.get("baseline_sha256")  # recorded by the benchmark: valid from any directory
+    if not isinstance(measured_sha, str) or not measured_sha:
+        if not isinstance(baseline, str) or not Path(baseline).is_file():
+            raise UsageError(
+                f"--final-json: {path} names no readable baseline_file ({baseline!r}), so it cannot be checked "
+                f"against the tree's baseline {state.baseline.path}. Rerun benchmark_cpu.py on that baseline."
+            )
+        measured_sha = file_sha256(Path(baseline))
+    if measured_sha != state.baseline.sha256:
         raise UsageError(
             f"--final-json: {path} was measured on {baseline}, whose sha256 differs from the tree's baseline "
             f"{state.baseline.path} ({state.baseline.sha256[:12]}...): another baseline. Nothing was recorded. "
