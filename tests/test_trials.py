@@ -251,9 +251,9 @@ def test_cached_baseline_trials_are_decided_by_their_spot_intervals(workspace):
     ])
     _, state, _ = commands.status("rms")
     assert commands.best("rms")["best_trial"] == "t2"
-    assert compare(state.trial("t1"), state.trial("t0"), state, 0.05).verdict == SAME
-    assert compare(state.trial("t1"), state.trial("t0"), state, 0.05).basis == INTERVALS
-    assert compare(state.trial("t2"), state.trial("t0"), state, 0.05).verdict == FASTER
+    assert compare(state.trial("t1"), state.trial("t0"), 0.05).verdict == SAME
+    assert compare(state.trial("t1"), state.trial("t0"), 0.05).basis == INTERVALS
+    assert compare(state.trial("t2"), state.trial("t0"), 0.05).verdict == FASTER
 
 
 def test_older_cached_results_rank_by_their_drift(workspace):
@@ -937,3 +937,33 @@ def test_finalize_matches_the_baseline_by_the_reports_sha256_from_any_directory(
     other = report(workspace, "other", kernel_build=None, baseline_sha256="0" * 64)
     proc = tm(workspace, "finalize", "rms", "output", "--final-json", other)
     assert proc.returncode == 2 and "another baseline" in proc.stderr
+
+
+def test_side_by_side_applies_to_every_trial_with_the_measured_build(workspace, monkeypatch):
+    """Branching back saves the best's sources again (t2 == t0's build); t3, a child of t2
+    timed --against that build, is compared with its parent side by side, though t0 has
+    the same build id and comes first."""
+    from kernel_harness.trials.buildid import content_id_of
+
+    config_with(workspace, monkeypatch)
+    kernel = copy_kernel(workspace)
+    source = kernel / "kh_scale_cpu" / "kh_scale_cpu.cpp"
+    original = source.read_text()
+    tm(workspace, "init", "rms", BASELINE)
+    plan = [("a", None, None), ("b", "t0", None), ("a", "t0", None), ("c", "t2", "a")]
+    ids = {}
+    for index, (content, parent, against) in enumerate(plan):
+        source.write_text(original + f"\n// version {content}\n")
+        ids[content] = content_id_of(kernel)
+        argv = ["save", "rms", kernel, "--strategy", f"version {content}"] + (["--parent", parent] if parent else [])
+        assert tm(workspace, *argv).returncode == 0
+        vs = None if against is None else {"against": "parent_kernel", "ratio": 1.15, "ci": [1.09, 1.21],
+                                           "verdict": "faster", "against_build_id": ids[against]}
+        json_path = report(workspace, f"t{index}", speedup=3.0, ci=[2.8, 3.2], vs_against=vs,
+                           kernel_build={"module": f"_kh_scale_cpu_{ids[content]}", "build_id": ids[content]})
+        proc = tm(workspace, "result", "rms", f"t{index}", "--from-json", json_path)
+        assert proc.returncode == 0, proc.stderr
+    status = status_json(workspace)
+    vs_parent = status["decisions"]["t3"]["vs_parent"]
+    assert vs_parent["against"] == "t2" and vs_parent["basis"] == "side by side (--against)", vs_parent
+    assert vs_parent["verdict"] == "faster" and status["best_trial"] == "t3"
