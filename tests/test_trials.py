@@ -967,3 +967,19 @@ def test_side_by_side_applies_to_every_trial_with_the_measured_build(workspace, 
     vs_parent = status["decisions"]["t3"]["vs_parent"]
     assert vs_parent["against"] == "t2" and vs_parent["basis"] == "side by side (--against)", vs_parent
     assert vs_parent["verdict"] == "faster" and status["best_trial"] == "t3"
+
+
+def test_status_shows_the_interval_a_cached_baseline_trial_is_ranked_by(workspace):
+    """A cached-baseline result is ranked by its spot ratio and that ratio's interval
+    (speedup_spot_ci); status, the PNG and summary.md show that interval next to it."""
+    from kernel_harness.trials.render import describe_result, interval_label
+
+    record_benchmark_runs(workspace, [
+        {"speedup": 3.0, "baseline_us": 300.0, "kernel_us": 100.0, "speedup_ci": [2.8, 3.2]},
+        {"speedup": 3.1, "baseline_us": 300.0, "kernel_us": 97.0, "baseline_cached": True,
+         "speedup_spot": 3.4, "speedup_spot_ci": [3.1, 3.8]},
+    ])
+    _, state, _ = commands.status("rms")
+    assert interval_label(state.trial("t0")) == " [2.80-3.20x]"
+    assert interval_label(state.trial("t1")) == " [3.10-3.80x]"
+    assert "3.40x side by side) [3.10-3.80x]" in describe_result(state.trial("t1"))
