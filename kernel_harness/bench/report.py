@@ -15,6 +15,7 @@ id) and ``vs_against`` (``--against``: ratio, interval, verdict).
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import sys
 from typing import Any
@@ -66,6 +67,14 @@ def _ci(s: Any) -> list[float | None] | None:
     return [_num(s.ci_low, 4), _num(s.ci_high, 4)]
 
 
+def _sha256(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return None
+
+
 def _num(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
@@ -77,6 +86,9 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
     payload: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "baseline_file": str(o.baseline_path),
+        # the baseline's content, so a report can be matched with a trial tree's baseline from
+        # any directory (baseline_file is the path as given, often relative)
+        "baseline_sha256": _sha256(o.baseline_path),
         "kernel_package": o.kernel_spec,
         "op": o.op_path,
         "correct": bool(result.correct) and crash is None,
