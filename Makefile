@@ -11,6 +11,7 @@ PYTEST_ARGS ?=
 .PHONY: setup system-packages demo test clean-state help
 
 help:
+	@echo "make setup                                   create .venv (torch pinned first), install the project and system packages"
 	@echo "make demo [OP=rms_norm|softmax|silu_and_mul]  run the procedure end to end"
 	@echo "make test                                    run the full test suite"
 
@@ -19,9 +20,12 @@ $(PY):
 
 # torch is installed FIRST and pinned: a bare `torch` requirement would make pip
 # resolve a multi-GB CUDA build. The project's own range is satisfied by the pin.
-$(STAMP): pyproject.toml | $(PY)
+# The `cluster` extra (Ray) is installed too so that `make test` runs tests/test_farm.py.
+# The stamp also depends on this Makefile: a changed install line (e.g. a new extra)
+# reinstalls once, then the stamp is newer than both and setup is a no-op again.
+$(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,cluster]'
 	touch $(STAMP)
 
 system-packages:

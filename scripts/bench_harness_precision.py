@@ -100,6 +100,12 @@ def busy_processes(count: int) -> Iterator[list[subprocess.Popen]]:
             proc.wait()
 
 
+def _resolved(spec: str | None) -> str | None:
+    """A kernel directory as an absolute path (each run starts in a temporary directory);
+    an installed package name as it is."""
+    return str(Path(spec).resolve()) if spec and Path(spec).is_dir() else spec
+
+
 def _contains_one(ci: list[float] | None) -> bool:
     return bool(ci) and ci[0] <= 1.0 <= ci[1]
 
@@ -175,14 +181,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="extra benchmark_cpu.py arguments (one string)")
     add_json_option(parser)
     args = parser.parse_args(argv)
-    args.baseline = args.baseline or MODE_BASELINES[args.mode]
+    args.baseline = (args.baseline or MODE_BASELINES[args.mode]).resolve()  # each run starts elsewhere
     if not args.baseline.is_file():
         raise UsageError(f"Baseline {args.baseline} does not exist.")
     if args.busy < 0 or args.runs < 1:
         raise UsageError("--busy must be >= 0 and --runs >= 1.")
     package, op, against = MODE_DEFAULTS[args.mode]
-    package, op = args.kernel_package or package, args.op or op
-    against = args.against or against or (package if args.mode == "against" else None)
+    package, op = _resolved(args.kernel_package or package), args.op or op
+    against = _resolved(args.against or against) or (package if args.mode == "against" else None)
     extra = args.extra.split() + (["--against", against] if against else [])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(IDENTICAL_KERNELS), env.get("PYTHONPATH", "")) if p)

@@ -3,7 +3,10 @@
 Catalogue ops (rms_norm, add_rms_norm, silu_and_mul, gelu_and_mul, softmax,
 layer_norm) get finished, tested tiers; any other op name gets everything
 generated and wired, with its compute bodies marked KERNEL_TODO(...) for you
-to write (validate_cpu_kernel.py reports those as unfinished).
+to write (validate_cpu_kernel.py reports those as unfinished). For an op
+outside the catalogue, --from-baseline baseline.py (or --signature "...")
+generates every layer with the baseline's own parameters: you then write only
+the generic tier and the two SIMD bodies.
 """
 
 from __future__ import annotations
@@ -16,11 +19,34 @@ import _bootstrap  # noqa: F401  (makes kernel_harness importable from any direc
 from rich.table import Table
 
 from kernel_harness.cli import add_json_option, console, run_main, write_json_report
+from kernel_harness.errors import UsageError
 from kernel_harness.scaffold import CATALOGUE, DTYPES, KINDS, TIERS, ScaffoldOptions, generate_project
+from kernel_harness.scaffold.from_baseline import signature_from_baseline
+from kernel_harness.scaffold.signature import Signature, parse_signature
 
 
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _signatures(ops: tuple[str, ...], baselines: list[Path], texts: list[str],
+                dtypes: tuple[str, ...]) -> tuple[Signature, ...]:
+    """One signature per op outside the catalogue, from --from-baseline then --signature, in --op order."""
+    sources = [("baseline", b) for b in baselines] + [("signature", t) for t in texts]
+    if not sources:
+        return ()
+    targets = [op for op in ops if op not in CATALOGUE]
+    if len(sources) != len(targets):
+        raise UsageError(
+            f"{len(sources)} --from-baseline/--signature value(s) for {len(targets)} op(s) outside the catalogue "
+            f"({', '.join(targets) or 'none'}); give exactly one per such op, in --op order.")
+    sigs = []
+    for op, (kind, value) in zip(targets, sources):
+        if kind == "baseline":
+            sigs.append(signature_from_baseline(value, op))
+        else:
+            sigs.append(parse_signature(op, value, default_dtypes=dtypes))
+    return tuple(sigs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,8 +61,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtypes", type=_csv, default=DTYPES, help="accepted dtypes (default: fp32,bf16,fp16)")
     parser.add_argument("--tiers", type=_csv, default=TIERS, help="tiers to generate (default: generic,avx2,avx512)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing kernel project")
+    parser.add_argument("--from-baseline", type=Path, action="append", default=[], metavar="BASELINE.py",
+                        help="generate the op's every layer from this baseline's signature (traced under fake "
+                             "tensors); once per op outside the catalogue, in --op order")
+    parser.add_argument("--signature", action="append", default=[], metavar="SIG",
+                        help='explicit signature instead of a baseline, e.g. "q: Tensor, cos: Tensor[fp32], '
+                             'sin: Tensor[fp32] -> Tensor(like q)" (see SKILL.md)')
     add_json_option(parser)
     args = parser.parse_args(argv)
+    signatures = _signatures(args.op, args.from_baseline, args.signature, tuple(args.dtypes))
 
     options = ScaffoldOptions(
         ops=args.op,
@@ -46,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dtypes=tuple(args.dtypes),
         tiers=tuple(args.tiers),
         force=args.force,
+        signatures=signatures,
     )
     plan = generate_project(options)
 
@@ -60,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(table)
     for rel in plan.files:
         console.print(f"  {plan.directory / rel}")
+    for sig in signatures:
+        for note in sig.notes:
+            console.print(f"[yellow]note ({sig.op}):[/yellow] {note}")
     if plan.unfinished_ops:
         console.print(
             f"[yellow]Next:[/yellow] write the bodies marked KERNEL_TODO for {', '.join(plan.unfinished_ops)}, "
@@ -76,11 +113,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 {"name": s.name, "kind": s.kind, "signature": s.signature, "complete": s.complete}
                 for s in plan.specs
             ],
+            "signatures": {sig.op: _signature_json(sig) for sig in signatures},
             "files": sorted(plan.files),
             "unfinished_ops": plan.unfinished_ops,
         },
     )
     return 0
+
+
+def _signature_json(sig: Signature) -> dict:
+    from dataclasses import asdict
+
+    return asdict(sig)
 
 
 if __name__ == "__main__":

@@ -113,6 +113,7 @@ def test_tuple_output_and_wrong_second_output(tmp_path):
     assert failure["path"] == "out[1]" and failure["diagnosis"] == "wrong-second-output"
     assert failure["worst_index"] is not None and failure["ulps"] is not None
     assert report["timing"]["skipped"]
+    assert report["reliable"] is None  # nothing was timed, so nothing to trust or distrust
 
 
 def test_cached_baseline_is_reused_and_said(tmp_path):

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from bench_helpers import FAST, KERNELS, RMS, ROOT, run_bench, run_bench_subprocess
@@ -52,6 +53,9 @@ def test_conditions_and_kernel_build_travel_with_the_result(tmp_path, monkeypatc
     assert c["run_queue_max"] >= 1 and isinstance(c["oversubscribed"], bool)
     assert report["kernel_build"] == {"module": "bk_honest", "build_id": None}
     assert report["vs_against"] is None
+    import hashlib
+
+    assert report["baseline_sha256"] == hashlib.sha256(Path(RMS).read_bytes()).hexdigest()
     _assert_honest_verdict(report)
 
 
@@ -228,3 +232,72 @@ def test_precision_script_counts_each_target():
     s = script.summarize([run(10.9, (7.4, 61)), run(10.9, (7.4, 61), reliable=False), run(1.1)], "identical")
     assert s["unreliable_or_within_0.8_1.25"] == 2 and s["unreliable"] == 1
     assert s["within_0.95_1.05"] == 0 and s["speedup_ci_contains_1"] == 1
+
+
+
+def test_precision_script_passes_absolute_paths_to_its_runs(tmp_path, monkeypatch):
+    """Each run starts in a temporary directory, so a relative --baseline, a kernel
+    directory or an --against directory given relative to the caller must reach it
+    resolved (they pointed nowhere before: every run exited 2)."""
+    script = _precision_script()
+    seen = []
+
+    def fake_run(baseline, package, op, extra, env):
+        seen.append((baseline, package, extra))
+        return {"exit": 0, "wall_s": 1.0, "load_before": 0.1, "speedup": 1.0, "speedup_ci": [0.95, 1.05],
+                "speedup_paired": 1.0, "reliable": True, "vs_against": None, "stderr": ""}
+
+    monkeypatch.setattr(script, "one_run", fake_run)
+    kernel_dir = tmp_path / "kernel"
+    kernel_dir.mkdir()
+    (tmp_path / "base.py").write_text(Path(RMS).read_text())
+    monkeypatch.chdir(tmp_path)
+    assert script.main(["--runs", "1", "--mode", "against", "--baseline", "base.py",
+                        "--kernel-package", "kernel", "--op", "kernel.rms_norm"]) == 0
+    baseline, package, extra = seen[0]
+    assert Path(baseline).is_absolute() and Path(baseline).is_file()
+    assert package == str(kernel_dir) and extra[-2:] == ["--against", str(kernel_dir)]
+    # an installed package name is passed on as it is
+    assert script.main(["--runs", "1", "--mode", "slower"]) == 0
+    assert seen[1][1] == "bk_honest_spin" and seen[1][2][-2:] == ["--against", "bk_honest"]
+
+def test_a_refreshed_baseline_is_judged_by_the_run_itself_not_the_load_average():
+    """``trial_manager.py baseline-us --refresh`` times the value every later --baseline-us
+    run divides by: with real busy loops on every CPU (started just now, so the load
+    average still lags), it must say reliable: false, from the run's own detector."""
+    from kernel_harness.bench.baseline_timing import time_baseline
+
+    cpus = os.cpu_count() or 1
+    if cpus > 8:
+        pytest.skip(f"{cpus} CPUs: too many busy loops to start for this test")
+    busy = _busy_loops(cpus)
+    try:
+        report = time_baseline(RMS, threads=1, rounds=4)
+    finally:
+        for proc in busy:
+            proc.kill()
+        for proc in busy:
+            proc.wait()
+    conditions = report["conditions"]
+    assert conditions["run_queue_samples"] > 0 and "run_queue_wait" in conditions
+    assert report["reliable"] is False and report["unreliable_reasons"], conditions
+    assert conditions["oversubscribed"] is True
+
+
+@pytest.mark.parametrize("pairs", [1, 2])
+def test_three_sides_follow_each_other_equally_often(pairs):
+    """With --against, each worker pair's rounds put every side in every position and
+    right after every other side equally often (a bias-free comparison of two builds)."""
+    from collections import Counter
+
+    from kernel_harness.bench.timing import round_order
+
+    sides = ("b", "k", "a")
+    for pair in range(pairs):
+        orders = [round_order(rnd, pairs, sides) for rnd in range(pair, 6 * pairs, pairs)]
+        positions = Counter((side, order.index(side)) for order in orders for side in sides)
+        follows = Counter((o[i], o[i + 1]) for o in orders for i in range(len(o) - 1))
+        assert set(positions.values()) == {2} and len(positions) == 9
+        assert set(follows.values()) == {2} and len(follows) == 6, follows
+    # two sides keep the ABAB order: baseline first, then kernel first
+    assert [round_order(r, 1, ("b", "k")) for r in range(4)] == [("b", "k"), ("k", "b")] * 2

@@ -166,6 +166,27 @@ def _bf16_rne(entry, lib):
     assert np.all(ours[nan] == 0xFFFF)
 
 
+@check("fp_contraction")
+def _fp_contraction(entry, lib):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    n = 1_000_000
+    x = torch.randn(2, n, generator=g).to(torch.bfloat16).float()
+    angle = torch.rand(n, generator=g) * 100
+    c, s = torch.cos(angle), torch.sin(angle)
+    x1, x2 = x[0].contiguous(), x[1].contiguous()
+    eager = (x1 * c - x2 * s).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    arrays = [t.numpy() for t in (x1, c, x2, s)]
+    as_written, contracted = np.empty(n, np.uint16), np.empty(n, np.uint16)
+    lib("rope_half_bf16", *arrays, as_written, n, 0)
+    lib("rope_half_bf16", *arrays, contracted, n, 1)
+    assert np.array_equal(as_written, eager), "with -ffp-contract=off the snippet must match eager bit for bit"
+    flipped = contracted != eager
+    assert flipped.sum() == 23, flipped.sum()  # the count expected_effect states (exact arithmetic)
+    assert np.all(np.abs(contracted[flipped].astype(np.int32) - eager[flipped].astype(np.int32)) == 1)
+
+
 @check("bf16_truncation")
 def _bf16_truncation(entry, lib):
     import torch
@@ -912,6 +933,8 @@ def test_every_measurement_is_filled_in_and_names_the_machine():
     for entry in ENTRIES:
         text = repr(entry.expected_effect) + repr(entry.extra.get("speedup_range"))
         assert "MEASURED_" not in text, f"{entry.id}: placeholder left in expected_effect"
+        if entry.expected_effect["measurement"].get("exact") is True:
+            continue  # exact IEEE arithmetic (a count of differing bits): the same on every CPU with the ISA
         assert MEASURED_ON in entry.expected_effect["measurement"]["machine"], f"{entry.id}: machine must name {MEASURED_ON!r}"
     if _cpu_model() != "Intel(R) Xeon(R) Processor":
         print("note: running on a different CPU model than the one the numbers were measured on")

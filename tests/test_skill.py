@@ -54,3 +54,49 @@ def test_quick_start_runs_in_order(tmp_path):
         assert (workspace / "trials" / "my_rmsnorm" / "t0").is_dir()
     finally:
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", PACKAGE], capture_output=True)
+
+
+# --------------------------------------------------------------------------- an op outside the catalogue
+
+
+def unseen_blocks() -> list[str]:
+    text = SKILL.read_text(encoding="utf-8")
+    section = re.search(r"^## An op outside the catalogue\n(.*?)(?=^## )", text, re.MULTILINE | re.DOTALL)
+    assert section, "SKILL.md has no '## An op outside the catalogue' section"
+    return re.findall(r"```bash\n(.*?)```", section.group(1), re.DOTALL)
+
+
+def test_unseen_op_section_names_existing_files_and_the_editable_ones():
+    blocks = "\n".join(unseen_blocks())
+    for script in set(re.findall(r"scripts/(\w+)\.py", blocks)):
+        assert (PROJECT_ROOT / "scripts" / f"{script}.py").is_file(), script
+    for path in set(re.findall(r"(examples/\S+\.py)", blocks)):
+        assert (PROJECT_ROOT / path).is_file(), path
+    solution = PROJECT_ROOT / "examples" / "rope" / "solution" / "rope_kernel_cpu"
+    assert sorted(p.name for p in solution.iterdir()) == ["rope_kernel_avx2.cpp", "rope_kernel_avx512.cpp", "rope_kernel_cpu.cpp"]
+    head = SKILL.read_text(encoding="utf-8").split("## Three names", 1)[0]
+    for editable in ("<package>_cpu/<package>_cpu.cpp", "<package>_cpu/<package>_avx2.cpp", "<package>_cpu/<package>_avx512.cpp"):
+        assert editable in head, editable
+
+
+@pytest.mark.slow
+def test_unseen_op_section_runs_in_order(tmp_path):
+    import json
+
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    for name in ("scripts", "examples", "references"):
+        (workspace / name).symlink_to(PROJECT_ROOT / name)
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    outputs = []
+    for index, block in enumerate(unseen_blocks()):
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workspace, env=env,
+                              capture_output=True, text=True, timeout=1200)
+        assert proc.returncode == 0, f"block {index} failed:\n{block}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+        outputs.append(proc.stdout + proc.stderr)
+    # before the bodies: validation names exactly the three unwritten bodies
+    assert outputs[0].count("unfinished-body") == 3 and "exit 1" in outputs[0]
+    report = json.loads((workspace / "rope.json").read_text())
+    assert report["correct"] is True and report["coverage"]["warnings"] == []
+    assert "generic" in report["tiers"]["swept"]

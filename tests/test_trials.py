@@ -251,9 +251,9 @@ def test_cached_baseline_trials_are_decided_by_their_spot_intervals(workspace):
     ])
     _, state, _ = commands.status("rms")
     assert commands.best("rms")["best_trial"] == "t2"
-    assert compare(state.trial("t1"), state.trial("t0"), state, 0.05).verdict == SAME
-    assert compare(state.trial("t1"), state.trial("t0"), state, 0.05).basis == INTERVALS
-    assert compare(state.trial("t2"), state.trial("t0"), state, 0.05).verdict == FASTER
+    assert compare(state.trial("t1"), state.trial("t0"), 0.05).verdict == SAME
+    assert compare(state.trial("t1"), state.trial("t0"), 0.05).basis == INTERVALS
+    assert compare(state.trial("t2"), state.trial("t0"), 0.05).verdict == FASTER
 
 
 def test_older_cached_results_rank_by_their_drift(workspace):
@@ -330,7 +330,9 @@ def test_status_early_stop(workspace, tmp_path, monkeypatch):
     monkeypatch.setenv("KERNEL_HARNESS_CONFIG", str(config))
     build_history(workspace, [2.0, 3.0], [None, "t0"])
     payload, _, _ = commands.status("rms")
-    assert payload["early_stop"] is True and payload["early_stop_speedup"] == 2.5
+    # typed-in speedups have no interval: a point estimate above the bar does not stop
+    assert payload["early_stop"] is False and payload["early_stop_speedup"] == 2.5
+    assert "no interval" in json.dumps(payload)
 
 
 def test_status_cli_renders_tree(workspace):
@@ -907,3 +909,79 @@ def test_side_by_side_against_the_best_is_found_by_build_id(workspace, monkeypat
     assert status["best_trial"] == "t2"
     assert status["decisions"]["t1"]["vs_parent"]["verdict"] == "no measurable difference"
     assert status["decisions"]["t2"]["vs_parent"]["basis"] == "intervals"  # its ratio is against t0, not t1
+
+
+def test_finalize_refuses_a_final_run_without_a_timed_speedup(workspace):
+    """A correct report whose timing did not happen (no speedup) is no final measurement:
+    exit 2 naming the file, and summary.json keeps no half-recorded final run."""
+    tm(workspace, "init", "rms", BASELINE)
+    save_and_record(workspace, 0, None, report(workspace, "t0", speedup=9.0, ci=[8.5, 9.5], kernel_build=None))
+    untimed = report(workspace, "untimed", speedup=None, kernel_us=None, kernel_build=None)
+    proc = tm(workspace, "finalize", "rms", "output", "--final-json", untimed)
+    assert proc.returncode == 2 and "untimed.json" in proc.stderr and "speedup" in proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr
+    assert not (workspace / "output" / "summary.json").exists()
+
+
+def test_finalize_matches_the_baseline_by_the_reports_sha256_from_any_directory(workspace):
+    """benchmark_cpu.py records baseline_file as given (often relative to where it ran);
+    its baseline_sha256 lets finalize check the baseline from another directory."""
+    import hashlib
+
+    tm(workspace, "init", "rms", BASELINE)
+    save_and_record(workspace, 0, None, report(workspace, "t0", speedup=9.0, ci=[8.5, 9.5], kernel_build=None))
+    sha = hashlib.sha256(BASELINE.read_bytes()).hexdigest()
+    elsewhere = report(workspace, "elsewhere", speedup=8.8, ci=[8.3, 9.3], kernel_build=None,
+                       baseline_file="some/other/cwd/baseline.py", baseline_sha256=sha)
+    proc = tm(workspace, "finalize", "rms", "output", "--final-json", elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((workspace / "output" / "summary.json").read_text())["final"]["speedup"] == 8.8
+    other = report(workspace, "other", kernel_build=None, baseline_sha256="0" * 64)
+    proc = tm(workspace, "finalize", "rms", "output", "--final-json", other)
+    assert proc.returncode == 2 and "another baseline" in proc.stderr
+
+
+def test_side_by_side_applies_to_every_trial_with_the_measured_build(workspace, monkeypatch):
+    """Branching back saves the best's sources again (t2 == t0's build); t3, a child of t2
+    timed --against that build, is compared with its parent side by side, though t0 has
+    the same build id and comes first."""
+    from kernel_harness.trials.buildid import content_id_of
+
+    config_with(workspace, monkeypatch)
+    kernel = copy_kernel(workspace)
+    source = kernel / "kh_scale_cpu" / "kh_scale_cpu.cpp"
+    original = source.read_text()
+    tm(workspace, "init", "rms", BASELINE)
+    plan = [("a", None, None), ("b", "t0", None), ("a", "t0", None), ("c", "t2", "a")]
+    ids = {}
+    for index, (content, parent, against) in enumerate(plan):
+        source.write_text(original + f"\n// version {content}\n")
+        ids[content] = content_id_of(kernel)
+        argv = ["save", "rms", kernel, "--strategy", f"version {content}"] + (["--parent", parent] if parent else [])
+        assert tm(workspace, *argv).returncode == 0
+        vs = None if against is None else {"against": "parent_kernel", "ratio": 1.15, "ci": [1.09, 1.21],
+                                           "verdict": "faster", "against_build_id": ids[against]}
+        json_path = report(workspace, f"t{index}", speedup=3.0, ci=[2.8, 3.2], vs_against=vs,
+                           kernel_build={"module": f"_kh_scale_cpu_{ids[content]}", "build_id": ids[content]})
+        proc = tm(workspace, "result", "rms", f"t{index}", "--from-json", json_path)
+        assert proc.returncode == 0, proc.stderr
+    status = status_json(workspace)
+    vs_parent = status["decisions"]["t3"]["vs_parent"]
+    assert vs_parent["against"] == "t2" and vs_parent["basis"] == "side by side (--against)", vs_parent
+    assert vs_parent["verdict"] == "faster" and status["best_trial"] == "t3"
+
+
+def test_status_shows_the_interval_a_cached_baseline_trial_is_ranked_by(workspace):
+    """A cached-baseline result is ranked by its spot ratio and that ratio's interval
+    (speedup_spot_ci); status, the PNG and summary.md show that interval next to it."""
+    from kernel_harness.trials.render import describe_result, interval_label
+
+    record_benchmark_runs(workspace, [
+        {"speedup": 3.0, "baseline_us": 300.0, "kernel_us": 100.0, "speedup_ci": [2.8, 3.2]},
+        {"speedup": 3.1, "baseline_us": 300.0, "kernel_us": 97.0, "baseline_cached": True,
+         "speedup_spot": 3.4, "speedup_spot_ci": [3.1, 3.8]},
+    ])
+    _, state, _ = commands.status("rms")
+    assert interval_label(state.trial("t0")) == " [2.80-3.20x]"
+    assert interval_label(state.trial("t1")) == " [3.10-3.80x]"
+    assert "3.40x side by side) [3.10-3.80x]" in describe_result(state.trial("t1"))

@@ -156,7 +156,7 @@ def test_one_tier_mixing_isa_levels(kernel: Path) -> None:
 
 
 def test_avx2_unit_in_avx512_section(kernel: Path) -> None:
-    edit(kernel, "build.toml", 'cxx-flags = ["-mavx2", "-mfma", "-mf16c", "-fopenmp"]', 'cxx-flags = ["-mavx512f", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]')
+    edit(kernel, "build.toml", 'cxx-flags = ["-mavx2", "-mfma", "-ffp-contract=off", "-mf16c", "-fopenmp"]', 'cxx-flags = ["-mavx512f", "-mavx2", "-mfma", "-ffp-contract=off", "-mf16c", "-fopenmp"]')
     finding = only_error(kernel, "mixed-isa")
     assert finding.file == AVX2 and "SIGILL" in finding.message
 
@@ -284,6 +284,12 @@ def test_built_variant_without_digest_or_with_bad_metadata(kernel: Path) -> None
     (variant / "metadata.json").write_text(json.dumps(meta))
     finding = only_error(kernel, "invalid-metadata")
     assert "Invalid kernel name `kh_scale`" in finding.message
+
+
+def test_implicit_fp_contract_warns(kernel: Path) -> None:
+    edit(kernel, "build.toml", '"-mavx512bf16", "-ffp-contract=off",', '"-mavx512bf16",')
+    finding = only_warning(kernel, "fp-contract-implicit")
+    assert "kernel.kh_scale_cpu_avx512" in finding.message and "-ffp-contract=off" in finding.message
 
 
 def test_every_code_has_a_test() -> None:

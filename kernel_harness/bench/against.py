@@ -4,7 +4,7 @@
 The other build runs in a worker process of its own (two builds of one package
 name never meet in one process), passes the same correctness calls and the
 same verification of randomly chosen timed calls, and is timed in the same
-interleaved rounds as the candidate and the baseline (a three-way rotation),
+interleaved rounds as the candidate and the baseline (all six orders in turn),
 on the very same fresh inputs as the candidate.  The ratio and its interval
 come from the same paired-round bootstrap as the speedup (:mod:`.stats`).
 """

@@ -23,6 +23,7 @@ from typing import Any
 from ..cpu import cpu_model, supported_tiers
 from ..errors import HarnessError
 from . import stats
+from .conditions import RunQueueSampler, Watch, assess
 from .pinning import detect_pinning
 from .process import WorkerProcess, worker_env
 
@@ -56,18 +57,26 @@ def time_baseline(baseline_path: str, *, threads: int, rounds: int = DEFAULT_ROU
     pin = detect_pinning()
     load_before = _load()
     measurement = stats.Measurement("baseline")
+    # the benchmark's own detector (run-queue wait of the timing thread, the run queue
+    # sampled during the rounds, steal time), not the lagging load average: the value
+    # every later --baseline-us run divides by must not come from a busy machine unnoticed
+    watch = Watch(threads=threads, load_before=load_before)
     with WorkerProcess("baseline", timeout=timeout, env=env) as worker:
         worker.request("load", "loading the baseline", role="baseline", baseline_path=str(baseline_path),
                        kernel_spec="", op_path="", threads=threads)
         warm = worker.request("time", "the baseline's warm-up calls", source=("inputs", 0), seeds=seeds(5),
                               keep=False, warmup=2, cold=False)["times_ns"]
         calls = _calls_per_round(stats.Measurement("warm", [warm]).median_us * 1e3)
-        for index in range(rounds):
-            reply = worker.request("time", f"baseline timing round {index + 1}", source=("inputs", 0),
-                                   seeds=seeds(calls), keep=True, warmup=0, cold=False)
-            measurement.add_round(reply["times_ns"])
-    load_after = _load()
-    cpus = len(os.sched_getaffinity(0)) or 1
+        with RunQueueSampler() as sampler:
+            for index in range(rounds):
+                reply = worker.request("time", f"baseline timing round {index + 1}", source=("inputs", 0),
+                                       seeds=seeds(calls), keep=True, warmup=0, cold=False)
+                measurement.add_round(reply["times_ns"])
+                watch.side("baseline").add(reply["times_ns"], reply)
+    watch.run_queue, watch.steal_fraction = sampler.samples, sampler.steal_fraction
+    watch.load_after = _load()
+    # os.cpu_count(), as the benchmark's record_watch: the sampled run queue is machine-wide
+    measured, reasons, _ = assess(watch, os.cpu_count() or 1)
     summary = measurement.summary()
     return {
         "baseline_us": round(measurement.median_us, 3),
@@ -79,11 +88,10 @@ def time_baseline(baseline_path: str, *, threads: int, rounds: int = DEFAULT_ROU
             "threads": threads,
             "pinned": pin.pinned,
             "pinned_detail": pin.detail,
-            "load_before": load_before,
-            "load_after": load_after,
-            # the load average lags; the only signal a baseline-only run has without a detector
-            "oversubscribed": bool(load_after is not None and load_after > cpus),
+            **measured,
         },
+        "reliable": not reasons,
+        "unreliable_reasons": reasons,
     }
 
 

@@ -15,6 +15,7 @@ id) and ``vs_against`` (``--against``: ratio, interval, verdict).
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import sys
 from typing import Any
@@ -25,6 +26,7 @@ from rich.table import Table
 from .. import __version__
 from ..cpu import cpu_model
 from ..portability import record_tier_evidence
+from .coverage import baseline_coverage
 from .options import DRIFT_NOTE, BenchResult, baseline_drift, spot_speedup
 from .throughput import last_level_cache_bytes as llc_bytes
 
@@ -66,6 +68,14 @@ def _ci(s: Any) -> list[float | None] | None:
     return [_num(s.ci_low, 4), _num(s.ci_high, 4)]
 
 
+def _sha256(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return None
+
+
 def _num(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
@@ -77,6 +87,9 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
     payload: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "baseline_file": str(o.baseline_path),
+        # the baseline's content, so a report can be matched with a trial tree's baseline from
+        # any directory (baseline_file is the path as given, often relative)
+        "baseline_sha256": _sha256(o.baseline_path),
         "kernel_package": o.kernel_spec,
         "op": o.op_path,
         "correct": bool(result.correct) and crash is None,
@@ -129,12 +142,14 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         "machine": machine(),
         "crash": crash,
         "conditions": _conditions(result),
-        "reliable": bool(result.reliable),
+        # null when nothing was timed (an incorrect kernel): there is no timing to trust or distrust
+        "reliable": bool(result.reliable) if result.kernel is not None else None,
         "unreliable_reasons": list(result.unreliable_reasons),
         "unreliable_advice": result.unreliable_advice,
         "kernel_build": result.kernel_build,
         "vs_against": result.vs_against,
         "against": _against(result),
+        "coverage": baseline_coverage(o.baseline_path),  # issue 20: edge cases the checked sets reach
     }
     record_tier_evidence(result, payload)  # "tier_evidence" (issue 24, kernel_harness/portability)
     return payload
@@ -219,6 +234,8 @@ def print_report(payload: dict[str, Any], console: Console) -> None:
         console.print(f"[bold red]dispatch lags:[/bold red] {v}")
     for note in payload["notes"]:
         console.print(f"note: {note}")
+    for warning in (payload.get("coverage") or {}).get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
     print_conditions(payload, console)
 
 

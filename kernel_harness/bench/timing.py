@@ -9,6 +9,7 @@ runs in a few spot rounds, so a drift of the machine's speed shows.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from typing import Any
@@ -29,6 +30,20 @@ def calibrate(t_call_ns: float, gen_ns: float, target_round_s: float, rounds: in
     per_call = max(t_call_ns + gen_ns, 1.0)
     affordable = int(budget_s * 1e9 / (per_call * rounds * sides))
     return max(1, min(n, 50, affordable))
+
+
+def round_order(rnd: int, pairs: int, sides: tuple[str, ...]) -> tuple[str, ...]:
+    """The order of the sides in round ``rnd`` run on worker pair ``rnd % pairs``.
+
+    Each pair goes through every permutation of the sides in turn (two sides: AB
+    then BA; three: all six orders), so every side runs in every position and right
+    after every other side equally often.  A mere rotation of three sides (bka, kab,
+    abk) put the --against build right after the candidate twice per cycle and the
+    candidate right after it never, so whatever one side leaves behind for the next
+    (caches, a waking OpenMP pool) would have favoured one build of an identical pair.
+    """
+    orders = list(itertools.permutations(sides))
+    return orders[(rnd // pairs) % len(orders)]
 
 
 def _cold_sets(session: Session, set_bytes: int) -> int:
@@ -107,8 +122,7 @@ def run_timing(session: Session, checker: Checker) -> None:
         for rnd in range(o.rounds):
             # round rnd runs on worker pair rnd % P; each pair sees every order of the sides
             pair = rnd % len(kworkers)
-            turn = (rnd // len(kworkers)) % len(sides)
-            order = sides[turn:] + sides[:turn] if len(sides) == 3 else (sides if turn == 0 else sides[::-1])
+            order = round_order(rnd, len(kworkers), sides)
             count = (rnd in verify_rounds) + (extra // o.rounds + (rnd < extra % o.rounds))
             # the candidate and the --against build run on the very same fresh inputs
             seeds = [s.seed() for _ in range(n)]

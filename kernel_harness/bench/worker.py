@@ -40,6 +40,7 @@ from kernel_harness.baseline import Baseline, load_baseline  # noqa: E402
 from kernel_harness.bench import protocol, trace, tree  # noqa: E402
 from kernel_harness.errors import HarnessError  # noqa: E402
 from kernel_harness.kernel_loader import KERNEL_NAME_ATTR, load_kernel_module, resolve_op  # noqa: E402
+from kernel_harness.scaffold.todo import todo_report  # noqa: E402
 
 ISA_ENV_VAR = "KERNEL_CPU_ISA"
 
@@ -331,6 +332,9 @@ def serve(read_fd: int, write_fd: int) -> None:
             reply = {"ok": False, "error": type(exc).__name__, "exit_code": None,
                      "message": f"{type(exc).__name__}: {exc}",
                      "traceback": "".join(traceback.format_exc(limit=6))}
+            todo = todo_report(str(exc), worker.module)  # an unwritten body: exit 1, not a crash (issue 20)
+            if todo is not None:
+                reply = {"ok": False, "error": "KernelTodo", "exit_code": 1, "message": todo}
         try:
             protocol.encode(reply)
         except Exception as exc:  # noqa: BLE001 - e.g. the kernel returned an unpicklable object

@@ -23,6 +23,21 @@ _GEMM_EXTRA = ("-mavx512vbmi", "-mamx-tile", "-mamx-bf16", "-mamx-int8")
 AVX2_FLAGS: tuple[str, ...] = ("-mavx2", "-mfma", "-mf16c", "-fopenmp")
 
 
+def fp_contract_flag(all_catalogue: bool) -> str:
+    """The SIMD units' explicit floating-point contraction setting [ref:fp-contraction].
+
+    GCC contracts ``a * b + c`` into one FMA inside ``-mfma`` units by default (even with
+    ``-std=c++20``), which rounds once where eager PyTorch rounds twice (separate mul and
+    add kernels) and flips bf16 results by one ulp on a few elements. ``off`` keeps every
+    written operation as written, so element-wise code an agent writes for an op outside
+    the catalogue matches eager bit for bit, and an FMA happens only where the code asks
+    for one (``vfmadd``). Packages of catalogue ops only keep ``fast``: their bodies were
+    measured and checked with it (the compiler's previous default), and they spell their
+    FMAs explicitly anyway.
+    """
+    return "-ffp-contract=fast" if all_catalogue else "-ffp-contract=off"
+
+
 def avx512_flags(kind: str) -> tuple[str, ...]:
     """The AVX512 section's cxx-flags: GEMM/attention kernels add VBMI and AMX."""
     extra = _GEMM_EXTRA if kind in ("gemm", "attention") else ()

@@ -27,9 +27,12 @@ from .catalogue import (
     TIERS,
     OpSpec,
     avx512_flags,
+    fp_contract_flag,
     op_spec,
 )
+from .codegen import signature_sections
 from .render import OP_SECTIONS, OPTIONAL_OP_SECTIONS, parse_sections, render, render_file
+from .signature import Signature
 
 IDENT_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -45,6 +48,9 @@ class ScaffoldOptions:
     dtypes: tuple[str, ...] = DTYPES
     tiers: tuple[str, ...] = TIERS
     force: bool = False
+    #: ops outside the catalogue with a known signature (--from-baseline / --signature);
+    #: their every layer is generated from it instead of a skeleton template.
+    signatures: tuple[Signature, ...] = ()
 
 
 @dataclass
@@ -109,7 +115,7 @@ def _toml_list(items: Sequence[str]) -> str:
     return "[" + ", ".join(f'"{item}"' for item in items) + "]"
 
 
-def _kernel_sections(name: str, ns: str, tiers: Sequence[str], kind: str) -> str:
+def _kernel_sections(name: str, ns: str, tiers: Sequence[str], tier_flags: dict[str, tuple[str, ...]]) -> str:
     generic_src = [
         f"{ns}/cpu_features.hpp",
         f"{ns}/{name}_tiers.hpp",
@@ -126,15 +132,20 @@ def _kernel_sections(name: str, ns: str, tiers: Sequence[str], kind: str) -> str
         blocks.append(
             "# AVX2 tier: raw pointers only, no torch headers.\n"
             f"[kernel.{ns}_avx2]\nbackend = \"cpu\"\ndepends = [\"torch\"]\ninclude = [\"{ns}\"]\n"
-            f"src = {_toml_list([f'{ns}/{name}_avx2.cpp'])}\ncxx-flags = {_toml_list(AVX2_FLAGS)}\n"
+            f"src = {_toml_list([f'{ns}/{name}_avx2.cpp'])}\ncxx-flags = {_toml_list(tier_flags['avx2'])}\n"
         )
     if "avx512" in tiers:
         blocks.append(
             "# AVX512 tier: raw pointers only, no torch headers.\n"
             f"[kernel.{ns}_avx512]\nbackend = \"cpu\"\ndepends = [\"torch\"]\ninclude = [\"{ns}\"]\n"
-            f"src = {_toml_list([f'{ns}/{name}_avx512.cpp'])}\ncxx-flags = {_toml_list(avx512_flags(kind))}\n"
+            f"src = {_toml_list([f'{ns}/{name}_avx512.cpp'])}\ncxx-flags = {_toml_list(tier_flags['avx512'])}\n"
         )
     return "\n" + "\n".join(blocks)
+
+
+def _signature_spec(sig: Signature) -> OpSpec:
+    """An OpSpec for an op generated from its signature (no template file)."""
+    return OpSpec(sig.op, "elementwise", sig.describe(), "", 1, complete=False)
 
 
 def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) -> ProjectPlan:
@@ -142,27 +153,38 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
     validate_options(options)
     name = options.name
     ns = f"{name}_cpu"
-    specs = [op_spec(op, options.kind) for op in options.ops]
+    by_op = {sig.op: sig for sig in options.signatures}
+    specs = [_signature_spec(by_op[op]) if op in by_op else op_spec(op, options.kind) for op in options.ops]
     kind = _kind_of(specs, options.kind)
+    contract = fp_contract_flag(all(spec.complete for spec in specs))
+    tier_flags = {"avx2": (*AVX2_FLAGS, contract), "avx512": (*avx512_flags(kind), contract)}
     # build.toml spells the kernel with dashes, as the real kernel-builder
     # requires; the Python package (torch-ext/<name>/) keeps the underscores.
     base = {"name": name, "ns": ns, "kernel_name": kernel_builder_name(name)}
 
     sections: dict[str, list[str]] = {key: [] for key in (*OP_SECTIONS, *OPTIONAL_OP_SECTIONS)}
     layered: list[str] = []  # ops whose template has a kernelize layer
+    simd_tiers = [tier for tier in ("avx2", "avx512") if tier in options.tiers]
+    simd_by_tier: dict[str, list[str]] = {tier: [] for tier in simd_tiers}
     for spec in specs:
-        path = templates_dir / "ops" / spec.template
-        if not path.is_file():
-            raise UsageError(f"The op template {path} is missing; restore templates/ from version control.")
-        parsed = parse_sections(path.read_text(encoding="utf-8"), source=str(path))
+        if spec.name in by_op:
+            path = Path(f"<signature of {spec.name}>")
+            parsed = signature_sections(by_op[spec.name])
+        else:
+            path = templates_dir / "ops" / spec.template
+            if not path.is_file():
+                raise UsageError(f"The op template {path} is missing; restore templates/ from version control.")
+            parsed = parse_sections(path.read_text(encoding="utf-8"), source=str(path))
         values = {**base, "op": spec.name}
         for key in sections:
-            if key in parsed:
+            if key in parsed and key != "simd":
                 sections[key].append(render(parsed[key], values, source=f"{path} [{key}]"))
+        # the SIMD bodies are rendered once per tier: a KERNEL_TODO names its tier
+        for tier in simd_tiers:
+            simd_by_tier[tier].append(render(parsed["simd"], {**values, "tier": tier}, source=f"{path} [simd]"))
         if "layer" in parsed:
             layered.append(spec.name)
 
-    simd_tiers = [tier for tier in ("avx2", "avx512") if tier in options.tiers]
     tier_decls = "".join(
         f"namespace {tier} {{\n" + "\n".join(sections["tier_decl"]) + f"}}  // namespace {tier}\n\n"
         for tier in simd_tiers
@@ -185,7 +207,6 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
         "binding_defs": "".join(sections["binding"]),
         "dtype_condition": dtype_condition,
         "dtype_list": ", ".join(DTYPE_HUMAN[d] for d in options.dtypes),
-        "op_bodies": "\n".join(sections["simd"]),
         "python_bodies": "\n\n".join(sections["python"]),
         "layer_bodies": "\n\n".join(sections["layer"]),
         "layered_ops": ", ".join(layered),
@@ -195,7 +216,7 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
         ) if sections["layer"] else "",
         "op_list": ", ".join(spec.name for spec in specs),
         "export_list": ", ".join(f'"{spec.name}"' for spec in specs),
-        "kernel_sections": _kernel_sections(name, ns, options.tiers, kind),
+        "kernel_sections": _kernel_sections(name, ns, options.tiers, tier_flags),
     }
     project = templates_dir / "project"
     layout = {
@@ -211,12 +232,11 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
     }
     if sections["layer"]:
         layout[f"torch-ext/{name}/layers.py"] = "torch-ext/layers.py.in"
-    tier_flags = {"avx2": AVX2_FLAGS, "avx512": avx512_flags(kind)}
     plan = ProjectPlan(directory=options.directory, name=name, specs=specs)
     for rel, template in layout.items():
         plan.files[rel] = render_file(project / template, values)
     for tier in simd_tiers:
-        tier_values = {**values, "cxx_flags": " ".join(tier_flags[tier])}
+        tier_values = {**values, "cxx_flags": " ".join(tier_flags[tier]), "op_bodies": "\n".join(simd_by_tier[tier])}
         plan.files[f"{ns}/{name}_{tier}.cpp"] = render_file(project / f"cpu/{tier}.cpp.in", tier_values)
     return plan
 

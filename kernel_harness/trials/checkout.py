@@ -76,10 +76,7 @@ def checkout(store: TrialStore, trial_id: str, target: Path, *, force: bool) -> 
         raise UsageError(f"{target} exists and is not a directory; pass the kernel directory to write into.")
     with store._locked():
         state = store.load()
-        trial = state.trial(trial_id)
-        if trial is None:
-            known = ", ".join(t.id for t in state.trials) or "none yet"
-            raise UsageError(f"{trial_id!r} is not a trial of {store.name!r} (trials: {known}).")
+        trial = store.require_trial(state, trial_id)
         source = store.trial_sources_dir(trial.id)
         missing = [f for f in trial.files if not (source / f).is_file()]
         if missing:

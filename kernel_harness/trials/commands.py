@@ -155,9 +155,10 @@ def baseline_us(name: str, *, refresh_timing: bool = False, threads: int | None 
                                                            threads=threads, rounds=rounds)
         warnings += run_warnings
         state = refresh.record_refresh(store, report)
-        if report.get("conditions", {}).get("oversubscribed"):
-            warnings.append("The machine was oversubscribed while the baseline was timed (load average above "
-                            "the CPUs): refresh again when it is quiet.")
+        if report.get("reliable") is False:
+            reasons = "; ".join(str(r) for r in report.get("unreliable_reasons") or []) or "no reason given"
+            warnings.append(f"The baseline was timed on a busy machine ({reasons}): the new value is recorded, "
+                            "but refresh again when the machine is quiet.")
     value = cached_baseline_us(state)
     if value is None:
         raise CheckFailed(

@@ -80,21 +80,21 @@ def estimate(trial: Trial | None) -> Estimate | None:
     return Estimate(point, interval)
 
 
-def against_trial(trial: Trial, state: TreeState) -> tuple[Trial | None, dict[str, Any] | None]:
-    """The trial ``trial``'s ``vs_against`` was measured against, and that record.
+def measured_against(trial: Trial, other: Trial) -> dict[str, Any] | None:
+    """``trial``'s ``vs_against`` record when it was timed against ``other``'s build, else None.
 
-    The benchmark names the other build's content id (``against_build_id``),
-    matched with the trials' saved-source ids; without it the other build is
-    taken to be the parent (SKILL.md's loop checks the parent out for --against).
+    A ratio is against a build, so it holds for every trial with that build id
+    (branching back saves the best's sources again, as a new trial with the same
+    id); without a build id in the record the other build is taken to be the parent.
     """
     vs = trial.result.details.get("vs_against") if trial.result else None
-    if not isinstance(vs, dict) or _number(vs.get("ratio")) is None:
-        return None, None
+    if not isinstance(vs, dict) or _number(vs.get("ratio")) is None or other.id == trial.id:
+        return None
     build_id = vs.get("against_build_id")
     if isinstance(build_id, str) and build_id:
-        match = next((t for t in state.trials if t.build_id == build_id and t.id != trial.id), None)
-        return match, vs
-    return (state.trial(trial.parent) if trial.parent else None), vs
+        # a trial saved before build ids were recorded (build_id None) cannot be matched
+        return vs if other.build_id == build_id else None
+    return vs if other.id == trial.parent else None
 
 
 def _side_by_side(later: Trial, earlier: Trial, vs: dict[str, Any], threshold: float) -> Comparison:
@@ -141,13 +141,13 @@ def _by_points(later: Trial, earlier: Trial, a: Estimate, b: Estimate) -> Compar
     return Comparison(later.id, earlier.id, verdict, POINTS, detail)
 
 
-def compare(later: Trial, earlier: Trial, state: TreeState, threshold: float) -> Comparison | None:
+def compare(later: Trial, earlier: Trial, threshold: float) -> Comparison | None:
     """``later`` against ``earlier``; None when either has no correct timed result."""
     a, b = estimate(later), estimate(earlier)
     if a is None or b is None:
         return None
-    other, vs = against_trial(later, state)
-    if vs is not None and other is not None and other.id == earlier.id:
+    vs = measured_against(later, earlier)
+    if vs is not None:
         return _side_by_side(later, earlier, vs, threshold)
     if a.interval is not None and b.interval is not None:
         return _by_intervals(later, earlier, a, b, threshold)
@@ -179,7 +179,7 @@ def rank(state: TreeState, threshold: float) -> Ranking:
             best = trial
             setters.append(trial.id)
             continue
-        comparison = compare(trial, best, state, threshold)
+        comparison = compare(trial, best, threshold)
         assert comparison is not None
         challenges.append(comparison)
         if comparison.verdict == FASTER:
@@ -210,6 +210,9 @@ def early_stop(best: Trial | None, threshold_speedup: float | None) -> EarlyStop
                                     f"{low:.2f}x, below early_stop_speedup {threshold_speedup:g}x: not an early stop")
         return EarlyStop(False, None)
     if value.point > threshold_speedup:
-        return EarlyStop(True, f"{best.id} reached {value.point:.2f}x > early_stop_speedup {threshold_speedup:g}x "
-                               "(a point estimate: the result has no interval)")
+        # a point estimate alone cannot show that the speedup is above the bar: a busy
+        # machine read 53.9x for a kernel whose quiet value is ~9x
+        return EarlyStop(False, f"{best.id} reads {value.point:.2f}x > early_stop_speedup {threshold_speedup:g}x, "
+                                "but its result has no interval, so that is not an early stop: record the "
+                                "benchmark's JSON (result --from-json --force) so its interval can decide")
     return EarlyStop(False, None)

@@ -38,8 +38,8 @@ def final_measurement(path: Path, state: TreeState, best: Trial, store: TrialSto
                       accept_unreliable: bool) -> dict[str, Any]:
     """The final run (benchmark_cpu.py --json on the finalized build), checked before anything is written.
 
-    Refused: an incorrect run (exit 1), and (exit 2) a run on another baseline
-    (sha256 of its ``baseline_file`` differs from the tree's), a run against a
+    Refused: an incorrect run (exit 1), and (exit 2) a run without a timed speedup, a run on another baseline
+    (its ``baseline_sha256``, or the sha256 of its ``baseline_file``, differs from the tree's), a run against a
     cached --baseline-us (the final speedup is timed side by side), a run of
     another build than the best trial's sources, and an unreliable run unless
     accepted.
@@ -51,13 +51,23 @@ def final_measurement(path: Path, state: TreeState, best: Trial, store: TrialSto
             f"--final-json: {path} records an incorrect final run (see its \"failures\"). Nothing was "
             "recorded. The finalized kernel must pass; fix it or finalize another trial."
         )
-    baseline = data.get("baseline_file")
-    if not isinstance(baseline, str) or not Path(baseline).is_file():
+    speedup = data.get("speedup")
+    if isinstance(speedup, bool) or not isinstance(speedup, (int, float)) or not speedup > 0:
         raise UsageError(
-            f"--final-json: {path} names no readable baseline_file ({baseline!r}), so it cannot be checked "
-            f"against the tree's baseline {state.baseline.path}. Rerun benchmark_cpu.py on that baseline."
+            f"--final-json: {path} has no timed speedup (speedup: {speedup!r}; see its \"timing\" and "
+            "\"notes\"). Nothing was recorded. The final measurement is a timed run: rerun "
+            "benchmark_cpu.py on the finalized build without --baseline-us and pass that JSON."
         )
-    if file_sha256(Path(baseline)) != state.baseline.sha256:
+    baseline = data.get("baseline_file")
+    measured_sha = data.get("baseline_sha256")  # recorded by the benchmark: valid from any directory
+    if not isinstance(measured_sha, str) or not measured_sha:
+        if not isinstance(baseline, str) or not Path(baseline).is_file():
+            raise UsageError(
+                f"--final-json: {path} names no readable baseline_file ({baseline!r}), so it cannot be checked "
+                f"against the tree's baseline {state.baseline.path}. Rerun benchmark_cpu.py on that baseline."
+            )
+        measured_sha = file_sha256(Path(baseline))
+    if measured_sha != state.baseline.sha256:
         raise UsageError(
             f"--final-json: {path} was measured on {baseline}, whose sha256 differs from the tree's baseline "
             f"{state.baseline.path} ({state.baseline.sha256[:12]}...): another baseline. Nothing was recorded. "

@@ -86,7 +86,7 @@ def _parents(state: TreeState, threshold: float) -> tuple[dict[str, Comparison],
         parent = state.trial(trial.parent) if trial.parent else None
         if parent is None or trial.result is None:
             continue
-        comparison = decisions.compare(trial, parent, state, threshold)
+        comparison = decisions.compare(trial, parent, threshold)
         if comparison is not None:
             vs_parent[trial.id] = comparison
         if parent.result is not None:

@@ -11,14 +11,17 @@ from pathlib import Path
 from rich.markup import escape
 from rich.tree import Tree
 
+from . import decisions
 from .conditions import conditions_of
 from .insights import TreeInsights
 from .model import TreeState, Trial
 
 
 def interval_label(trial: Trial) -> str:
-    """' [6.80-10.40x]' when the result has a speedup interval, else ''."""
-    ci = conditions_of(trial.result).speedup_ci if trial.result else None
+    """' [6.80-10.40x]': the interval the trial is ranked by (the spot ratio's for a
+    cached-baseline result, see decisions.estimate), else ''."""
+    value = decisions.estimate(trial)
+    ci = value.interval if value is not None else None
     return f" [{ci[0]:.2f}-{ci[1]:.2f}x]" if ci else ""
 
 

@@ -249,14 +249,19 @@ class TrialStore:
         _fsync_tree(staging)
         os.replace(staging, self.directory / trial_id)
 
+    def require_trial(self, state: TreeState, trial_id: str) -> Trial:
+        """The trial ``trial_id`` of ``state``, or a UsageError listing the trials there are."""
+        trial = state.trial(trial_id)
+        if trial is None:
+            known = ", ".join(t.id for t in state.trials) or "none yet"
+            raise UsageError(f"{trial_id!r} is not a trial of {self.name!r} (trials: {known}).")
+        return trial
+
     def update_trial(self, trial_id: str, change: Callable[[Trial], Trial]) -> Trial:
         """Apply ``change`` to one trial under the lock and persist the new state."""
         with self._locked():
             state = self.load()
-            trial = state.trial(trial_id)
-            if trial is None:
-                known = ", ".join(t.id for t in state.trials) or "none yet"
-                raise UsageError(f"{trial_id!r} is not a trial of {self.name!r} (trials: {known}).")
+            trial = self.require_trial(state, trial_id)
             updated = change(trial)
             trials = tuple(updated if t.id == trial_id else t for t in state.trials)
             self._write(replace(state, trials=trials))

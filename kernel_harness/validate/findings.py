@@ -51,6 +51,7 @@ WARNING_CODES = {
     "no-size-threshold": "no small-size threshold in the dispatcher",
     "torch-in-tier": "torch headers included in a SIMD tier unit",
     "no-digest": "a build variant's metadata.json without a digest (built by an older builder)",
+    "fp-contract-implicit": "a SIMD section without an explicit -ffp-contract= flag",
 }
 
 

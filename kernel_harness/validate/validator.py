@@ -12,6 +12,7 @@ from pathlib import Path
 from ..buildtoml import BuildToml, SchemaProblem, check_build_toml
 from .built_variants import check_built_variants
 from .cxx_text import Source
+from .fp_contract import check_fp_contract
 from .findings import Report
 from .isa import is_simd_section
 from .plan_view import compiled_sources, section_flags
@@ -161,6 +162,8 @@ def _check_structure(report: Report, root: Path, toml: BuildToml) -> None:
             path = root / src
             if src.endswith((".cpp", ".cc", ".cxx")) and path.is_file():
                 check_isa(report, Source.read(path, root), "torch", tuple(toml.torch.cxx_flags))
+
+    check_fp_contract(report, toml)  # issue 20: contraction must be a decision (fp_contract.py)
 
     dispatcher = root / f"{general.python_name}_cpu" / f"{general.python_name}_cpu.cpp"
     if dispatcher.is_file():
