@@ -135,9 +135,16 @@ def spot_rounds(rounds: int) -> set[int]:
 def spot_speedup(result: BenchResult) -> float | None:
     """Baseline spot median / kernel median: the ratio measured side by side in this
     run, which a change of the machine's speed since the baseline was cached moves
-    on both sides alike (None without spot rounds)."""
+    on both sides alike (None without spot rounds).
+
+    With its interval (``speedup_spot``, three spot rounds or more) it is that
+    interval's own point: the spot rounds over the kernel rounds timed beside them,
+    so the point always lies inside the interval reported with it.
+    """
     if not result.baseline_cached or result.baseline_spot is None or not result.kernel_us:
         return None
+    if result.speedup_spot is not None and result.speedup_spot.ci_low is not None:
+        return result.speedup_spot.value
     return result.baseline_spot.median_us / result.kernel_us
 
 
