@@ -16,19 +16,46 @@ SKILL = PROJECT_ROOT / "SKILL.md"
 PACKAGE = "my_rmsnorm_kernel"
 
 
-def quick_start_blocks() -> list[str]:
+def section_blocks(title: str) -> list[str]:
+    """The bash blocks of one SKILL.md section, in order."""
     text = SKILL.read_text(encoding="utf-8")
-    section = re.search(r"^## Quick start\n(.*?)(?=^## )", text, re.MULTILINE | re.DOTALL)
-    assert section, "SKILL.md has no '## Quick start' section"
+    section = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", text, re.MULTILINE | re.DOTALL)
+    assert section, f"SKILL.md has no '## {title}' section"
     return re.findall(r"```bash\n(.*?)```", section.group(1), re.DOTALL)
 
 
-def test_quick_start_names_only_existing_scripts_and_flags():
-    blocks = "\n".join(quick_start_blocks())
-    for script in set(re.findall(r"scripts/(\w+)\.py", blocks)):
+def quick_start_blocks() -> list[str]:
+    return section_blocks("Quick start")
+
+
+def assert_named_files_exist(blocks: list[str]) -> None:
+    """Every script and example file a section's commands name exists."""
+    text = "\n".join(blocks)
+    for script in set(re.findall(r"scripts/(\w+)\.py", text)):
         assert (PROJECT_ROOT / "scripts" / f"{script}.py").is_file(), script
-    for path in set(re.findall(r"(examples/\S+\.py)", blocks)):
+    for path in set(re.findall(r"(examples/\S+\.py)", text)):
         assert (PROJECT_ROOT / path).is_file(), path
+
+
+def run_blocks_in_order(blocks: list[str], workspace: Path, *, timeout: float) -> list[str]:
+    """Run each block with bash -euo pipefail in a workspace that links the project's
+    scripts, examples and references, as a user in a checkout would; their outputs."""
+    workspace.mkdir()
+    for name in ("scripts", "examples", "references"):
+        (workspace / name).symlink_to(PROJECT_ROOT / name)
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    outputs = []
+    for index, block in enumerate(blocks):
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workspace, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        assert proc.returncode == 0, f"block {index} failed:\n{block}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+        outputs.append(proc.stdout + proc.stderr)
+    return outputs
+
+
+def test_quick_start_names_only_existing_scripts_and_flags():
+    assert_named_files_exist(quick_start_blocks())
 
 
 def test_skill_mentions_every_reference_it_names():
@@ -40,16 +67,8 @@ def test_skill_mentions_every_reference_it_names():
 @pytest.mark.slow
 def test_quick_start_runs_in_order(tmp_path):
     workspace = tmp_path / "work"
-    workspace.mkdir()
-    for name in ("scripts", "examples", "references"):
-        (workspace / name).symlink_to(PROJECT_ROOT / name)
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     try:
-        for index, block in enumerate(quick_start_blocks()):
-            proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workspace, env=env,
-                                  capture_output=True, text=True, timeout=900)
-            assert proc.returncode == 0, f"block {index} failed:\n{block}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+        run_blocks_in_order(quick_start_blocks(), workspace, timeout=900)
         assert (workspace / "output" / "summary.json").is_file()
         assert (workspace / "trials" / "my_rmsnorm" / "t0").is_dir()
     finally:
@@ -60,18 +79,11 @@ def test_quick_start_runs_in_order(tmp_path):
 
 
 def unseen_blocks() -> list[str]:
-    text = SKILL.read_text(encoding="utf-8")
-    section = re.search(r"^## An op outside the catalogue\n(.*?)(?=^## )", text, re.MULTILINE | re.DOTALL)
-    assert section, "SKILL.md has no '## An op outside the catalogue' section"
-    return re.findall(r"```bash\n(.*?)```", section.group(1), re.DOTALL)
+    return section_blocks("An op outside the catalogue")
 
 
 def test_unseen_op_section_names_existing_files_and_the_editable_ones():
-    blocks = "\n".join(unseen_blocks())
-    for script in set(re.findall(r"scripts/(\w+)\.py", blocks)):
-        assert (PROJECT_ROOT / "scripts" / f"{script}.py").is_file(), script
-    for path in set(re.findall(r"(examples/\S+\.py)", blocks)):
-        assert (PROJECT_ROOT / path).is_file(), path
+    assert_named_files_exist(unseen_blocks())
     solution = PROJECT_ROOT / "examples" / "rope" / "solution" / "rope_kernel_cpu"
     assert sorted(p.name for p in solution.iterdir()) == ["rope_kernel_avx2.cpp", "rope_kernel_avx512.cpp", "rope_kernel_cpu.cpp"]
     head = SKILL.read_text(encoding="utf-8").split("## Three names", 1)[0]
@@ -84,17 +96,7 @@ def test_unseen_op_section_runs_in_order(tmp_path):
     import json
 
     workspace = tmp_path / "work"
-    workspace.mkdir()
-    for name in ("scripts", "examples", "references"):
-        (workspace / name).symlink_to(PROJECT_ROOT / name)
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    outputs = []
-    for index, block in enumerate(unseen_blocks()):
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workspace, env=env,
-                              capture_output=True, text=True, timeout=1200)
-        assert proc.returncode == 0, f"block {index} failed:\n{block}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
-        outputs.append(proc.stdout + proc.stderr)
+    outputs = run_blocks_in_order(unseen_blocks(), workspace, timeout=1200)
     # before the bodies: validation names exactly the three unwritten bodies
     assert outputs[0].count("unfinished-body") == 3 and "exit 1" in outputs[0]
     report = json.loads((workspace / "rope.json").read_text())

@@ -382,6 +382,33 @@ def _cpu_flags() -> set[str]:
 
 
 @pytest.mark.slow
+def compile_example_unit(tmp_path: Path, op: str, package: str, tier: str, wrapper: str):
+    """One example's solution unit of ``tier``, compiled with its generated build.toml
+    flags next to a C wrapper, loaded with ctypes; with the example's baseline module.
+    Skips where this CPU cannot run the tier's instructions."""
+    import ctypes
+    import importlib.util
+    import tomllib
+
+    needed = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}[tier]
+    if not needed <= _cpu_flags():
+        pytest.skip(f"this CPU lacks {sorted(needed - _cpu_flags())}")
+    ns = f"{package}_cpu"
+    plan = plan_project(ScaffoldOptions(ops=(op,), name=package, directory=tmp_path,
+                                        signatures=(signature_from_baseline(EXAMPLES / op / "baseline.py", op),)))
+    flags = tomllib.loads(plan.files["build.toml"])["kernel"][f"{ns}_{tier}"]["cxx-flags"]
+    (tmp_path / f"{package}_tiers.hpp").write_text(plan.files[f"{ns}/{package}_tiers.hpp"])
+    shutil.copy(EXAMPLES / op / "solution" / ns / f"{package}_{tier}.cpp", tmp_path / "unit.cpp")
+    (tmp_path / "wrap.cpp").write_text(f'#include "{package}_tiers.hpp"\n' + wrapper + "\n")
+    lib_path = tmp_path / "unit.so"
+    subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib_path)],
+                   cwd=tmp_path, check=True, capture_output=True, timeout=600)
+    spec = importlib.util.spec_from_file_location(f"{op}_baseline", EXAMPLES / op / "baseline.py")
+    baseline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(baseline)
+    return ctypes.CDLL(str(lib_path)), baseline
+
+
 @pytest.mark.parametrize("tier", ["avx2", "avx512"])
 @pytest.mark.parametrize("op", sorted(EXAMPLE_PACKAGES))
 def test_example_simd_bodies_match_the_float64_reference_bit_for_bit(tmp_path, op, tier):
@@ -392,24 +419,10 @@ def test_example_simd_bodies_match_the_float64_reference_bit_for_bit(tmp_path, o
 
     import torch
 
-    needed = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}[tier]
-    if not needed <= _cpu_flags():
-        pytest.skip(f"this CPU lacks {sorted(needed - _cpu_flags())}")
     package = EXAMPLE_PACKAGES[op]
     ns = f"{package}_cpu"
-    plan = plan_project(ScaffoldOptions(ops=(op,), name=package, directory=tmp_path,
-                                        signatures=(signature_from_baseline(EXAMPLES / op / "baseline.py", op),)))
-    flags = tomllib.loads(plan.files["build.toml"])["kernel"][f"{ns}_{tier}"]["cxx-flags"]
-    (tmp_path / f"{package}_tiers.hpp").write_text(plan.files[f"{ns}/{package}_tiers.hpp"])
-    shutil.copy(EXAMPLES / op / "solution" / ns / f"{package}_{tier}.cpp", tmp_path / "unit.cpp")
-    (tmp_path / "wrap.cpp").write_text(f'#include "{package}_tiers.hpp"\n' + WRAPPERS[op].format(ns=ns, tier=tier) + "\n")
-    lib_path = tmp_path / "unit.so"
-    subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib_path)],
-                   cwd=tmp_path, check=True, capture_output=True, timeout=600)
-    lib = ctypes.CDLL(str(lib_path))
-    spec = importlib.util.spec_from_file_location(f"{op}_baseline", EXAMPLES / op / "baseline.py")
-    baseline = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(baseline)
+    lib, baseline = compile_example_unit(tmp_path, op, package, tier,
+                                         WRAPPERS[op].format(ns=ns, tier=tier))
     torch.manual_seed(0)
     sets = [s for s in baseline.get_correctness_inputs() if s[0].dtype == torch.float32]
     sets += [[s[0].float(), *s[1:]] for s in baseline.get_correctness_inputs() if s[0].dtype != torch.float32]
@@ -456,27 +469,13 @@ def test_masked_softmax_bf16_fast_path_is_bit_equal_to_the_float64_reference(tmp
 
     import torch
 
-    needed = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}[tier]
-    if not needed <= _cpu_flags():
-        pytest.skip(f"this CPU lacks {sorted(needed - _cpu_flags())}")
     package, op = "masked_softmax_kernel", "masked_softmax"
     ns = f"{package}_cpu"
-    plan = plan_project(ScaffoldOptions(ops=(op,), name=package, directory=tmp_path,
-                                        signatures=(signature_from_baseline(EXAMPLES / op / "baseline.py", op),)))
-    flags = tomllib.loads(plan.files["build.toml"])["kernel"][f"{ns}_{tier}"]["cxx-flags"]
-    (tmp_path / f"{package}_tiers.hpp").write_text(plan.files[f"{ns}/{package}_tiers.hpp"])
-    shutil.copy(EXAMPLES / op / "solution" / ns / f"{package}_{tier}.cpp", tmp_path / "unit.cpp")
-    (tmp_path / "wrap.cpp").write_text(
-        f'#include "{package}_tiers.hpp"\nextern "C" void run(void* out, const void* x, int64_t B, int64_t H, '
+    lib, baseline = compile_example_unit(
+        tmp_path, op, package, tier,
+        f'extern "C" void run(void* out, const void* x, int64_t B, int64_t H, '
         f'int64_t T, int64_t S, const bool* m, double scale) {{ {ns}::{tier}::masked_softmax({ns}::DType::BF16, out, '
-        f'x, B, H, T, S, m, B, 1, T, S, scale); }}\n')
-    lib_path = tmp_path / "unit.so"
-    subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib_path)],
-                   cwd=tmp_path, check=True, capture_output=True, timeout=600)
-    lib = ctypes.CDLL(str(lib_path))
-    spec = importlib.util.spec_from_file_location(f"{op}_baseline", EXAMPLES / op / "baseline.py")
-    baseline = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(baseline)
+        f'x, B, H, T, S, m, B, 1, T, S, scale); }}')
     torch.manual_seed(0)
     sets = [[s[0].bfloat16(), *s[1:]] for s in baseline.get_correctness_inputs()]
     sets += [baseline._case(1, 4, 256, 512, torch.bfloat16, scale=scale) for scale in (0.125, 0.0883883)]
