@@ -148,7 +148,7 @@ def _correctness_phase(ctx: DemoContext) -> None:
     _build_and_install(ctx, ctx.kernel_dir, "t0")
     _benchmark(ctx, "benchmark the generic tier", "bench-generic", "--tier", "generic", pinned=False)
 
-    _heading(ctx, "Step 7: the AVX512 tier, every tier checked, trial t0")
+    _heading(ctx, "Step 7: the SIMD tiers, every tier this CPU runs checked, trial t0")
     _benchmark(ctx, "check and time every tier", "bench-tiers", "--tier", "all", pinned=False)
     report = ctx.json_path("bench-t0")
     _benchmark(ctx, "benchmark t0", "bench-t0", pinned=False)
