@@ -194,9 +194,13 @@ def test_an_identical_build_against_itself(tmp_path, request):
     vs = report["vs_against"]
     assert vs["against_build_id"] == build["build_id"]
     assert report["conditions"]["tier_ran"] in report["conditions"]["supported_tiers"]
+    # one run of eight rounds is a sample: a reliable run of a build against itself is
+    # never called faster or slower by more than the noise a shared VM adds (its 9-of-10
+    # precision is a benchmark, scripts/bench_harness_precision.py --mode against, not a
+    # unit test: a 95 % interval misses the truth in one run in twenty by design)
     lo, hi = vs["ci"]
-    assert (lo <= 1.0 <= hi and vs["verdict"] == "no measurable difference") or not report["reliable"], \
-        (vs, report["conditions"])
+    assert lo <= vs["ratio"] <= hi
+    assert 0.8 <= vs["ratio"] <= 1.25 or not report["reliable"], (vs, report["conditions"])
 
 
 # --------------------------------------------------------------------------- precision script

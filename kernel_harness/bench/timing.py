@@ -199,7 +199,13 @@ def note_drift(r: BenchResult) -> None:
 
 
 def note_load(r: BenchResult) -> None:
-    """Say so when other processes competed for the CPUs during the timing."""
+    """Record the load average after timing; mention a high one without judging by it.
+
+    The load average is a minute-long moving average that lags the run (it read 1.5-1.9
+    while two busy loops ran beside a benchmark): whether this run's timing can be
+    trusted is decided from what its own rounds saw (``reliable``), so a high value
+    here is context, not a verdict that could contradict that one.
+    """
     try:
         load = os.getloadavg()[0]
     except OSError:
@@ -208,5 +214,5 @@ def note_load(r: BenchResult) -> None:
     r.load_average = round(load, 2)
     if load > cpus:
         r.notes.append(
-            f"the machine was oversubscribed while timing (load average {load:.1f} on {cpus} "
-            "CPUs): timings and the speedup are unreliable; rerun when it is quiet")
+            f"the load average was {load:.1f} on {cpus} CPUs after timing (a one-minute average that "
+            "lags the run; `reliable` and its reasons say whether other tasks competed with these rounds)")
