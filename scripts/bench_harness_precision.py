@@ -127,7 +127,7 @@ def summarize(runs: list[dict[str, Any]], mode: str) -> dict[str, Any]:
         "speedup_ci_contains_1": sum(_contains_one(r["speedup_ci"]) for r in runs),
         "speedup_min": min(speedups, default=None), "speedup_max": max(speedups, default=None),
         "unreliable": sum(r["reliable"] is False for r in runs),
-        "wall_s_median": statistics.median(walls) if walls else None,
+        "wall_s_median": round(statistics.median(walls), 2) if walls else None,
         "wall_s_max": max(walls, default=None),
     }
     against = [r["vs_against"] for r in runs if r.get("vs_against")]
@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = {"mode": args.mode, "busy_processes": args.busy, "baseline": str(args.baseline),
                "kernel": op, "against": against, "runs": runs, "of": len(runs),
                **summarize(runs, args.mode),
-               "load_avg_median": statistics.median(r["load_before"] for r in runs) if runs else None,
+               "load_avg_median": round(statistics.median(r["load_before"] for r in runs), 2) if runs else None,
                "cpu": os.cpu_count(), "cpu_model": cpu_model()}
     console.print(f"[bold]{_headline(summary, args.mode, len(runs), args.busy)}[/bold]; ratio range "
                   f"{summary['ratio_min']}-{summary['ratio_max']}; wall time median {summary['wall_s_median']} s, "

@@ -118,6 +118,13 @@ def test_forwarded_flags_and_result_files():
     assert vs["remote"]["node_paths"] == {"against": "/tmp/n/against/k"}
 
 
+def test_the_benchmark_on_a_node_runs_without_rays_thread_cap():
+    from kernel_harness.farm.remote import benchmark_env
+
+    env = benchmark_env({"OMP_NUM_THREADS": "1", "PATH": "/bin"})
+    assert "OMP_NUM_THREADS" not in env and env["PATH"] == "/bin"
+
+
 def test_shipped_files_are_the_sources_one_variant_and_the_baselines_siblings(tmp_path):
     import io
     import tarfile
@@ -279,6 +286,8 @@ def test_remote_run_returns_the_local_schema_and_is_matched_with_its_trial(three
     local = json.loads((tmp_path / "local.json").read_text())
     assert set(remote_report) - {"remote"} == set(local)
     assert remote_report["correct"] is True and remote_report["speedup"] > 0
+    # the same thread count as a local run on the same machine (Ray's task cap is dropped)
+    assert remote_report["threads"] == local["threads"]
     remote = remote_report["remote"]
     assert remote["node_ip"] == "127.0.0.1" and remote["node"] == socket.gethostname()
     assert remote["cpu_class"] in ("generic", "avx2", "avx512") and remote["wall_s"] > 0

@@ -92,6 +92,21 @@ def unpack(job: RemoteJob, workdir: Path) -> tuple[Path, Path]:
     return package, baseline_dir / job.baseline_name
 
 
+def benchmark_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the benchmark on the node, without the thread cap Ray gives tasks.
+
+    Ray's workers run with ``OMP_NUM_THREADS`` set (1 for a task that asks for no
+    CPUs, as ours do so that the slot, not Ray's CPU count, serialises benchmarks);
+    the benchmark takes its default thread count from torch, so every remote run
+    timed one thread where a local run times every core (measured: "1 thread(s)" in
+    each remote JSON). Without the variable the node's benchmark picks its threads
+    as a local run there does; ``--threads N`` (forwarded) chooses explicitly.
+    """
+    env = dict(os.environ if environ is None else environ)
+    env.pop("OMP_NUM_THREADS", None)
+    return env
+
+
 def run_job(job: RemoteJob) -> dict[str, Any]:
     """Run the benchmark here; the outcome with the node's stamps (never raises for a bad run)."""
     started, t0 = now(), time.monotonic()
@@ -104,7 +119,8 @@ def run_job(job: RemoteJob) -> dict[str, Any]:
         if job.against_tar is not None:
             cmd += ["--against", str(_extract(job.against_tar, workdir / "against" / job.against_name))]
         proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True, preexec_fn=_die_with_parent)
+                                text=True, start_new_session=True, preexec_fn=_die_with_parent,
+                                env=benchmark_env())
         try:
             stdout, stderr = proc.communicate(timeout=job.job_timeout)
             status = "done"
