@@ -206,6 +206,31 @@ def test_gemm_path_by_m(dtype: str, m: int, amx: bool, path: str) -> None:
         assert "avx512-bf16-dot" in strategy["references"]
 
 
+def test_gemm_advice_follows_the_tier_and_streams_the_weight_at_decode_sizes() -> None:
+    """Ice Lake (AVX512F, no AVX512-BF16): the generated dispatcher runs the AVX2 unit,
+    so the GEMM path is the AVX2 FMA one with bf16 widening; at M <= 8 the advice is to
+    stream the weight (bandwidth-bound), at large M to block registers."""
+    full = fake_profile()
+    ice_lake = fake_profile(flags=tuple(f for f in full.flags if f not in ("avx512_bf16",)
+                                        and not f.startswith("amx")))
+    decode = simd_strategy("gemm", "gemm", "bf16", ice_lake, gemm_m=1, name="linear")["gemm"]
+    assert decode["path"] == "avx2-fma"
+    assert "stream it once" in decode["why"] and "widen bf16 to fp32" in decode["why"]
+    large = simd_strategy("gemm", "gemm", "fp32", ice_lake, gemm_m=1024, name="linear")["gemm"]
+    assert large["path"] == "avx2-fma" and "stream" not in large["why"] and "register-blocked" in large["why"]
+
+
+def test_decode_attention_advice() -> None:
+    """One query token per sequence: one pass over the KV cache, GQA groups served together,
+    split-S merge when there are fewer (batch, kv head) pairs than threads."""
+    strategy = simd_strategy("attention", "attention", "bf16", fake_profile(), gemm_m=1, name="decode_attention")
+    text = " ".join(strategy["steps"])
+    assert "online softmax" in text and "grouped-query" in text and "split S" in text
+    assert strategy["gemm"]["path"] != "amx-brgemm"  # one query row would leave AMX tiles empty
+    prefill = simd_strategy("attention", "attention", "bf16", fake_profile(), gemm_m=512, name="attention")
+    assert "flash-attention" in " ".join(prefill["steps"])
+
+
 def test_avx2_only_machine_gets_256_bit_advice() -> None:
     profile = fake_profile(flags=("avx2", "fma", "f16c"))
     strategy = simd_strategy("elementwise", "silu", "fp16", profile, row_bytes=8192, name="silu_and_mul")
