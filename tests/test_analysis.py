@@ -216,6 +216,8 @@ def test_gemm_advice_follows_the_tier_and_streams_the_weight_at_decode_sizes() -
     decode = simd_strategy("gemm", "gemm", "bf16", ice_lake, gemm_m=1, name="linear")["gemm"]
     assert decode["path"] == "avx2-fma"
     assert "stream it once" in decode["why"] and "widen bf16 to fp32" in decode["why"]
+    assert "bf16-widen-fma-avx2" in simd_strategy("gemm", "gemm", "bf16", ice_lake, gemm_m=1,
+                                                  name="linear")["references"]
     large = simd_strategy("gemm", "gemm", "fp32", ice_lake, gemm_m=1024, name="linear")["gemm"]
     assert large["path"] == "avx2-fma" and "stream" not in large["why"] and "register-blocked" in large["why"]
 

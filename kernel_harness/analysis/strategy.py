@@ -24,7 +24,7 @@ KNOWN_REFERENCE_IDS: frozenset[str] = frozenset(
         "vectorized-sigmoid", "reduction-order", "multiple-accumulators", "unroll-and-prefetch",
         "software-prefetch", "non-temporal-stores", "first-touch-page-faults", "out-parameter-api",
         "single-pass-row-in-cache", "cache-blocking", "omp-row-parallel", "omp-small-size-threshold",
-        "shared-openmp-runtime", "avx512-bf16-dot", "bf16-accumulate-fp32", "fp16-accumulate-fp32",
+        "shared-openmp-runtime", "avx512-bf16-dot", "bf16-widen-fma-avx2", "bf16-accumulate-fp32", "fp16-accumulate-fp32",
         "amx-tile-config", "amx-linux-permission", "cpublas-brgemm", "vnni-packing",
         "int8-dequant-gemm", "int4-dequant-gemm", "level-vectorize", "level-threading",
         "level-memory-traffic", "level-fusion", "level-algorithm",
@@ -201,6 +201,8 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
             refs += ["amx-tile-config", "amx-linux-permission", "vnni-packing"]
         if path == "avx512-bf16-dot" or dtype == "bf16":
             refs += ["avx512-bf16-dot", "vnni-packing"]
+        if path == "avx2-fma" and dtype == "bf16":
+            refs.append("bf16-widen-fma-avx2")
         if any(q in lowered for q in ("int8", "w8", "i8", "quant", "q8")):
             refs.append("int8-dequant-gemm")
         if any(q in lowered for q in ("int4", "w4", "q4", "awq", "gptq")):
@@ -235,6 +237,8 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
                  "omp-row-parallel", "level-fusion", "level-algorithm"]
         if attn_path == "amx-brgemm":
             refs += ["amx-tile-config", "amx-linux-permission", "vnni-packing"]
+        if attn_path == "avx2-fma" and dtype == "bf16":
+            refs.append("bf16-widen-fma-avx2")
     refs.append("shared-openmp-runtime")
     return {
         "vector": vector,
