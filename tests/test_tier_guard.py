@@ -155,11 +155,12 @@ _LOAD_AND_DISPATCH = (
 def _fallback_skip_reason(dropped: str) -> str | None:
     """Why the case "a CPU that has ``dropped`` runs the published package without it" cannot run here."""
     if not has_isa(dropped):
+        needs = "AVX512-BF16 as well as AVX512F/BW/VL/DQ, e.g. Sapphire Rapids" if dropped == "avx512" else "AVX2"
+        other = ("; the avx2 case proves the same mechanism on this CPU" if dropped == "avx512" and has_isa("avx2")
+                 else "")
         return (f"this CPU cannot run the {dropped} tier (it lacks {', '.join(missing_flags(dropped))}), so a "
-                f"package without that tier dispatching to a narrower one proves nothing here: the dispatcher "
-                f"would never pick {dropped} on this CPU anyway. This case needs a CPU with every flag of the "
-                f"{dropped} tier (for avx512: AVX512-BF16, e.g. Sapphire Rapids); the "
-                f"{'avx2' if dropped == 'avx512' else 'other'} case proves the mechanism on this one")
+                f"package published without it dispatching to a narrower tier proves nothing here: the "
+                f"dispatcher never picks {dropped} on this CPU anyway. The case needs a CPU with {needs}{other}")
     if dropped == "avx2" and has_isa("avx512"):
         return ("this CPU runs the avx512 tier, so the avx512 case proves the fallback here on real hardware "
                 "(one rebuild per machine keeps the suite short)")
@@ -242,3 +243,31 @@ def test_trial_result_warns_when_the_change_touched_only_a_tier_that_did_not_run
     payload = commands.result("rms", "t1", correctness=None, speedup=None, baseline_us=None, kernel_us=None,
                               from_json=report, force=True, trials_root=root)
     assert not [w for w in payload["warnings"] if "did not change" in w]
+
+
+def test_trial_manager_finalize_writes_the_tier_table_into_summary_json_and_md(kernel, tmp_path):
+    baseline = tmp_path / "baseline.py"
+    baseline.write_text(RMS_BASELINE.read_text())
+    for args in (("init", "rms", baseline), ("save", "rms", kernel, "--strategy", "template")):
+        proc = run_script("trial_manager", *args, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    units = {u.tier: u for u in declared_units(kernel)}
+    bench = tmp_path / "bench.json"  # a benchmark made on an AVX2-only machine, carried here
+    bench.write_text(json.dumps({"correct": True, "speedup": 2.0, "baseline_us": 200.0, "kernel_us": 100.0,
+                                 "tier_evidence": [_ev(units["generic"], cpu="AMD EPYC 7B13"),
+                                                   _ev(units["avx2"], cpu="AMD EPYC 7B13"),
+                                                   _ev(units["avx512"], cpu="AMD EPYC 7B13", executed=False,
+                                                       correct=None)]}))
+    for args in (("result", "rms", "t0", "--from-json", bench), ("finalize", "rms", "output")):
+        proc = run_script("trial_manager", *args, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "output" / "summary.json").read_text())
+    tiers = {t["tier"]: t for t in summary["tiers"]}
+    assert list(tiers) == ["generic", "avx2", "avx512"]
+    assert tiers["avx2"]["status"] == VERIFIED_ELSEWHERE and tiers["avx2"]["machines"] == ["AMD EPYC 7B13"]
+    assert tiers["avx512"]["status"] == NEVER and not tiers["avx512"]["verified"]
+    assert tiers["avx512"]["source_hash"] == units["avx512"].source_hash
+    markdown = (tmp_path / "output" / "summary.md").read_text()
+    assert "## Tiers and the evidence behind them" in markdown
+    assert f"| avx2 | `tnorm_cpu_avx2` | `{units['avx2'].source_hash[:12]}` | {VERIFIED_ELSEWHERE} | AMD EPYC 7B13 |" in markdown
+    assert f"| avx512 | `tnorm_cpu_avx512` | `{units['avx512'].source_hash[:12]}` | {NEVER} | - |" in markdown
