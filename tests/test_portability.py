@@ -133,7 +133,7 @@ def test_bench_evidence_for_a_package_without_sources_or_build_record_has_no_has
 
 
 def test_a_build_without_the_unit_record_falls_back_to_the_sources_and_says_so(scaffolded, tmp_path):
-    from kernel_harness.portability.units import resolve_units
+    from kernel_harness.portability.resolve import resolve_units
 
     kernel = tmp_path / "tnorm"
     shutil.copytree(scaffolded, kernel)
@@ -247,6 +247,7 @@ def test_emulated_nehalem_runs_the_installed_package_on_the_generic_tier_only(em
     assert nehalem.data["kernel_package"] == "harness_catalogue"
     assert nehalem.data["unit_hashes"]["origin"] == "build"
     assert nehalem.data["unit_hashes"]["variant"] == str(installed_catalogue / "harness_catalogue")
+    assert "note: unit hashes from the build's tier_units.json (installed package" in " ".join(nehalem.stdout.split())
 
 
 @pytest.mark.slow
@@ -375,7 +376,8 @@ def test_benchmark_of_a_stale_build_records_the_built_unit_and_says_the_sources_
 
 
 def test_a_kernel_directory_without_its_sources_takes_the_hashes_from_its_build(tmp_path):
-    from kernel_harness.portability.units import BUILT_UNITS_FILE, built_units_json, resolve_units
+    from kernel_harness.portability.resolve import resolve_units
+    from kernel_harness.portability.units import BUILT_UNITS_FILE, built_units_json
 
     source = tmp_path / "src" / "tnorm"
     write_project(plan_project(ScaffoldOptions(ops=("rms_norm",), name="tnorm", directory=source)), force=False)

@@ -23,7 +23,8 @@ from .emulate import (DEFAULT_TIMEOUT_S, QEMU_PACKAGE_HINT, EmulatedRun, Request
                       qemu_binary, qemu_version)
 from .evidence import emulated_tier_evidence, host_cpu
 from .models import models_for
-from .units import KnownUnits, kernel_dir_of, resolve_units
+from .resolve import KnownUnits, resolve_units
+from .units import kernel_dir_of
 
 SCHEMA_VERSION = 1
 

@@ -27,7 +27,8 @@ from typing import Any
 
 from ..cpu import TIERS, cpu_flags, cpu_model, missing_flags, supported_tiers
 from .models import NO_AVX512_REASON
-from .units import KnownUnits, TierUnit, resolve_units
+from .resolve import KnownUnits, resolve_units
+from .units import TierUnit
 
 #: The flags evidence lists for a CPU: the ones the tiers are compiled for.
 RELEVANT_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
@@ -113,7 +114,6 @@ def with_origin(entry: dict[str, Any], known: KnownUnits) -> dict[str, Any]:
     if entry["tier"] in known.stale:
         entry["stale_build"] = known.stale[entry["tier"]]
     return entry
-
 
 
 def _not_run_reason(tier: str, here: list[str], result: Any, crash: Any) -> str:
