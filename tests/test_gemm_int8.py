@@ -313,3 +313,14 @@ def test_benchmark_strict_check_passes_in_every_tier(int8_kernel_dir: Path, tmp_
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     data = json.loads(report.read_text())
     assert data["correct"] is True
+
+
+def test_analyser_advises_the_int8_patterns():
+    """analyze_op's strategy for an int8 linear names both int8 references and the catalogue op."""
+    from kernel_harness.analysis.strategy import simd_strategy
+    from test_machine import fake_profile
+
+    strategy = simd_strategy("gemm", "gemm", "bf16", fake_profile(flags=("avx2", "fma", "f16c")), gemm_m=1,
+                             name="linear_int8")
+    assert {"int8-dequant-gemm", "int8-dequant-gemm-avx2-exact"} <= set(strategy["references"])
+    assert any("linear_int8" in step for step in strategy["steps"])
