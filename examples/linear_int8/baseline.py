@@ -15,13 +15,14 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # (M, N, K, bias): tails in M (not a multiple of the 2- or 4-row register tile),
 # N (not a multiple of the 4-channel block) and K (not a multiple of 4 or 8
 # doubles, shorter than one vector, longer than one 512-column panel), a batch
-# of one, 3-d activations and both with and without bias. Kept small: the
-# headline sets (N = K = 4096) are checked too, and the benchmark checks every
-# case on every tier.
+# of one, a single output channel, 3-d activations and both with and without
+# bias. Kept small: the headline sets (N = K = 4096) are checked too, and the
+# benchmark checks every case on every tier.
 CORRECTNESS_SHAPES = (
     ((1, 4096), 600, True),
     ((3, 13), 7, False),
     ((5, 1), 3, True),
+    ((4, 40), 1, True),
     ((17, 515), 37, True),
     ((2, 3, 1030), 65, False),
     ((16, 1100), 300, False),
