@@ -124,6 +124,25 @@ def test_generated_complete_and_valid(int8_kernel_dir: Path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_new_kernel_cli_generates_it_complete_in_every_tier(tmp_path: Path):
+    """new_kernel.py --op linear_int8 (default tiers generic,avx2,avx512): complete, every
+    tier unit holds the op's body and no KERNEL_TODO call, and the project validates."""
+    d = tmp_path / "kernel"
+    report = tmp_path / "new.json"
+    proc = subprocess.run([sys.executable, str(SCRIPTS_DIR / "new_kernel.py"), "--op", "linear_int8", "--name", "qk",
+                           "--dir", str(d), "--json", str(report)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(report.read_text())
+    assert data["unfinished_ops"] == [] and data["ops"][0]["complete"] is True and data["ops"][0]["kind"] == "gemm"
+    for tier in ("avx2", "avx512"):
+        unit = (d / "qk_cpu" / f"qk_{tier}.cpp").read_text()
+        assert "void linear_int8(DType dt" in unit and "KERNEL_TODO(\"" not in unit, tier
+    assert "at::matmul" in (d / "qk_cpu" / "qk_cpu.cpp").read_text()  # the generic ATen tier
+    check = subprocess.run([sys.executable, str(SCRIPTS_DIR / "validate_cpu_kernel.py"), str(d)],
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 # ---------------------------------------------------------------- correctness
 
 @pytest.mark.parametrize("tier", TIERS)
