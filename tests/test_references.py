@@ -688,6 +688,20 @@ def _int8_gemm(entry, lib):
         assert np.all(np.abs(y - ref) <= bound)
 
 
+@check("int8_gemm_exact")
+def _int8_gemm_exact(entry, lib):
+    """Within int8_gemm's bound, and equal to the float64 result rounded to fp32 (tails in N and K)."""
+    _int8_gemm(entry, lib)
+    rng = np.random.default_rng(24)
+    for m, n, k in ((1, 64, 4096), (3, 17, 53), (2, 5, 3)):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+        s = rng.uniform(0.001, 0.02, n).astype(np.float32)
+        y = np.empty((m, n), np.float32)
+        lib("gemm_int8_weight_c", x, w, s, y, m, n, k)
+        ref = (x.astype(np.float64) @ w.astype(np.float64).T) * s.astype(np.float64)
+        assert np.array_equal(y, ref.astype(np.float32))
+
 def pack_int4(q: np.ndarray) -> np.ndarray:
     """q: N x K values 0..15 -> N x K/2 bytes in the group-of-32 layout of int4-dequant-gemm."""
     n, k = q.shape

@@ -26,7 +26,7 @@ KNOWN_REFERENCE_IDS: frozenset[str] = frozenset(
         "single-pass-row-in-cache", "cache-blocking", "omp-row-parallel", "omp-small-size-threshold",
         "shared-openmp-runtime", "avx512-bf16-dot", "bf16-widen-fma-avx2", "bf16-accumulate-fp32", "fp16-accumulate-fp32",
         "amx-tile-config", "amx-linux-permission", "cpublas-brgemm", "vnni-packing",
-        "int8-dequant-gemm", "int4-dequant-gemm", "level-vectorize", "level-threading",
+        "int8-dequant-gemm", "int8-dequant-gemm-avx2-exact", "int4-dequant-gemm", "level-vectorize", "level-threading",
         "level-memory-traffic", "level-fusion", "level-algorithm",
     }
 )
@@ -204,7 +204,15 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
         if path == "avx2-fma" and dtype == "bf16":
             refs.append("bf16-widen-fma-avx2")
         if any(q in lowered for q in ("int8", "w8", "i8", "quant", "q8")):
-            refs.append("int8-dequant-gemm")
+            refs += ["int8-dequant-gemm", "int8-dequant-gemm-avx2-exact"]
+            steps += [
+                "int8 weights: widen them in registers (never write W * scale to memory) and apply the "
+                "per-channel scale once per finished sum; at small M the int8 weight stream (1 byte per "
+                "weight) is the floor",
+                "bf16 outputs under the half-ulp rule: sum x * q in double (exact products) and round once; "
+                "fp32 sums flip ~1e-4 of the outputs. The catalogue op linear_int8 does all this "
+                "(new_kernel.py --op linear_int8)",
+            ]
         if any(q in lowered for q in ("int4", "w4", "q4", "awq", "gptq")):
             refs.append("int4-dequant-gemm")
         if category == "moe":

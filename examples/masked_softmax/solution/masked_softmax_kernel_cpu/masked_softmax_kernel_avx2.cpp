@@ -149,6 +149,24 @@ inline void vsum_wide(V v, VD& lo, VD& hi) {
   hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
 }
 
+// Double vectors for dot products summed in double (linear_int8): products of
+// an fp32 value and an int8 are exact in double.
+constexpr int64_t WD = 4;  // doubles per VD
+inline VD vdload(const double* p) { return _mm256_loadu_pd(p); }
+inline void vdstore(double* p, VD v) { _mm256_storeu_pd(p, v); }
+inline VD vdfmadd(VD a, VD b, VD c) { return _mm256_fmadd_pd(a, b, c); }  // a*b+c
+// WD int8 -> WD doubles, exact (the 4-byte load folds into VPMOVSXBD).
+inline VD vdload_i8(const int8_t* p) {
+  int32_t bytes;
+  std::memcpy(&bytes, p, sizeof(bytes));
+  return _mm256_cvtepi32_pd(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(bytes)));
+}
+// One V (W floats) widened to W doubles at p (exact).
+inline void vdstore_wide(double* p, V v) {
+  _mm256_storeu_pd(p, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+  _mm256_storeu_pd(p + WD, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
 // Scalar conversions, used only by the fix-ups below (one lane at a time).
 inline double to_double(float v) { return v; }
 inline double to_double(bf16_t v) { return bf16_to_float(v); }

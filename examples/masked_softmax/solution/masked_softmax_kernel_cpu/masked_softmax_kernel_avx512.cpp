@@ -140,6 +140,22 @@ inline void vsum_wide(V v, VD& lo, VD& hi) {
   hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
 
+// Double vectors for dot products summed in double (linear_int8): products of
+// an fp32 value and an int8 are exact in double. AVX512F only.
+constexpr int64_t WD = 8;  // doubles per VD
+inline VD vdload(const double* p) { return _mm512_loadu_pd(p); }
+inline void vdstore(double* p, VD v) { _mm512_storeu_pd(p, v); }
+inline VD vdfmadd(VD a, VD b, VD c) { return _mm512_fmadd_pd(a, b, c); }  // a*b+c
+// WD int8 -> WD doubles, exact.
+inline VD vdload_i8(const int8_t* p) {
+  return _mm512_cvtepi32_pd(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+// One V (W floats) widened to W doubles at p (exact).
+inline void vdstore_wide(double* p, V v) {
+  _mm512_storeu_pd(p, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+  _mm512_storeu_pd(p + WD, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
 // Scalar conversions, used only by the fix-ups below (one lane at a time).
 inline double to_double(float v) { return v; }
 inline double to_double(bf16_t v) { return bf16_to_float(v); }
