@@ -11,15 +11,20 @@ run-to-run spread of an identical kernel here).  The number of rounds follows
 a time budget per case, so fast cases get many rounds: in one process, the
 bf16 rms_norm speedup of consecutive 15-round windows ranged over ±8 %, of
 45-round windows over ±3 % (measured).  The table reports the speedup, achieved
-GB/s and the fraction of the floor, plus the tier the dispatcher picked.  This
-is a benchmark, not a test: its numbers go into the README with the machine
-they ran on.
+GB/s and the fraction of the floor, plus the tier that ran.  A tier can be
+forced (:func:`tier_plan`, ``KERNEL_CPU_ISA``, which the generated dispatcher
+reads at every call, so one process times every tier the CPU has); tiers the
+CPU or the package lacks are listed with the reason instead.  This is a
+benchmark, not a test: its numbers go into the README with the machine they
+ran on.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
@@ -30,11 +35,16 @@ import torch.nn.functional as F
 
 from .bench import stats
 from .build import build_kernel
+from .cpu import TIERS, missing_flags
 from .scaffold import ScaffoldOptions, plan_project, write_project
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PACKAGE = "perf_catalogue"
-OPS = ("rms_norm", "silu_and_mul", "softmax")
+OPS = ("rms_norm", "add_rms_norm", "silu_and_mul", "gelu_and_mul", "softmax", "layer_norm")
+#: The environment variable the generated dispatcher reads at every call.
+ISA_ENV = "KERNEL_CPU_ISA"
+#: ``--tier`` values: a tier, every tier this machine runs, or the dispatcher's own choice.
+TIER_CHOICES = (*TIERS, "all", "auto")
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,14 @@ DEFAULT_CASES = (
     Case("silu_and_mul", "bf16", 1024, 2 * 4096),
     Case("softmax", "fp32", 1024, 4096),
     Case("softmax", "bf16", 1024, 4096),
+    # the other dtype of the ops above, and the rest of the catalogue, at the headline shape
+    Case("silu_and_mul", "fp32", 1024, 2 * 4096),
+    Case("add_rms_norm", "bf16", 1024, 4096),
+    Case("add_rms_norm", "fp32", 1024, 4096),
+    Case("gelu_and_mul", "bf16", 1024, 2 * 4096),
+    Case("gelu_and_mul", "fp32", 1024, 2 * 4096),
+    Case("layer_norm", "bf16", 1024, 4096),
+    Case("layer_norm", "fp32", 1024, 4096),
 )
 
 
@@ -72,6 +90,53 @@ class Row:
     speedup_ci_low: float | None  # the speedup's 95 % interval (stats.speedup; None below 3 rounds)
     speedup_ci_high: float | None
     rounds: int
+    tier_requested: str = "auto"  # the forced tier (KERNEL_CPU_ISA), or "auto": the dispatcher's choice
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """The tiers a run times, and those it cannot, each with the reason."""
+
+    measured: tuple[str, ...]  # "auto" (the dispatcher's choice) or forced tiers, in TIERS order
+    not_measured: dict[str, str]  # tier -> why not (the CPU lacks flags, the package lacks the tier)
+
+
+def tier_plan(requested: str, available: list[str]) -> TierPlan:
+    """What ``--tier requested`` times, given the tiers the built package says this CPU runs.
+
+    ``available`` is the package's own answer (``available_tiers()``); a tier
+    missing from it is explained by the CPU flags it lacks when there are any.
+    """
+    if requested not in TIER_CHOICES:
+        raise ValueError(f"unknown tier {requested!r}; use one of {', '.join(TIER_CHOICES)}")
+    if requested == "auto":
+        return TierPlan(("auto",), {})
+    wanted = TIERS if requested == "all" else (requested,)
+    missing = {}
+    for tier in wanted:
+        if tier in available:
+            continue
+        flags = missing_flags(tier)
+        missing[tier] = (f"this CPU lacks {', '.join(flags)}" if flags
+                         else "the package has no such tier for this CPU")
+    return TierPlan(tuple(t for t in wanted if t not in missing), missing)
+
+
+@contextmanager
+def forced_tier(tier: str) -> Iterator[None]:
+    """Run the generated kernels on ``tier`` ("auto": the dispatcher's own choice) inside the block."""
+    before = os.environ.get(ISA_ENV)
+    if tier == "auto":
+        os.environ.pop(ISA_ENV, None)
+    else:
+        os.environ[ISA_ENV] = tier
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ISA_ENV, None)
+        else:
+            os.environ[ISA_ENV] = before
 
 
 def _functions(case: Case, kernel: ModuleType) -> tuple[list[Any], Callable, Callable, int]:
@@ -88,6 +153,23 @@ def _functions(case: Case, kernel: ModuleType) -> tuple[list[Any], Callable, Cal
         return [x], lambda a: F.silu(a[..., :d]) * a[..., d:], kernel.silu_and_mul, (x.numel() + x.numel() // 2) * size
     if case.op == "softmax":
         return [x], lambda a: torch.softmax(a, dim=-1), kernel.softmax, 2 * x.numel() * size
+    if case.op == "gelu_and_mul":
+        d = case.cols // 2
+        return [x], lambda a: F.gelu(a[..., :d]) * a[..., d:], kernel.gelu_and_mul, (x.numel() + x.numel() // 2) * size
+    if case.op == "add_rms_norm":
+        r = torch.randn(case.rows, case.cols).to(dtype)
+        w = (1 + 0.1 * torch.randn(case.cols)).to(dtype)
+
+        def eager(x_, r_, w_, eps):
+            h = x_ + r_
+            return F.rms_norm(h, (case.cols,), w_, eps), h
+
+        return [x, r, w, 1e-6], eager, kernel.add_rms_norm, 4 * x.numel() * size  # reads x, r; writes y, h
+    if case.op == "layer_norm":
+        w = (1 + 0.1 * torch.randn(case.cols)).to(dtype)
+        b = (0.1 * torch.randn(case.cols)).to(dtype)
+        return ([x, w, b, 1e-5], lambda *a: F.layer_norm(a[0], (case.cols,), a[1], a[2], a[3]), kernel.layer_norm,
+                2 * x.numel() * size)
     raise ValueError(case.op)
 
 
@@ -122,13 +204,28 @@ def rounds_for(round_s: float, budget_s: float, least: int = 15, most: int = 75)
     return max(least, min(most, int(budget_s / round_s)))
 
 
+def _floor(reference: torch.Tensor | tuple[torch.Tensor, ...]) -> Callable[[], Any]:
+    """Allocate every output of the op (one, or add_rms_norm's two) and copy an equal-sized tensor into it."""
+    sources = [torch.empty_like(r).copy_(r) for r in (reference if isinstance(reference, tuple) else (reference,))]
+    if len(sources) == 1:
+        source = sources[0]
+        return lambda: torch.empty_like(source).copy_(source)
+    return lambda: [torch.empty_like(s).copy_(s) for s in sources]
+
+
 def measure(case: Case, kernel: ModuleType, rounds: int | None = None, calls: int = 10,
-            budget_s: float = 6.0, seed: int = 0) -> Row:
-    """Time one case; ``rounds`` None sizes the rounds to ``budget_s`` (rounds_for)."""
+            budget_s: float = 6.0, seed: int = 0, tier: str = "auto") -> Row:
+    """Time one case on ``tier`` ("auto": the dispatcher's choice); ``rounds`` None sizes the
+    rounds to ``budget_s`` (rounds_for)."""
+    with forced_tier(tier):
+        return _measure(case, kernel, rounds, calls, budget_s, seed, tier)
+
+
+def _measure(case: Case, kernel: ModuleType, rounds: int | None, calls: int, budget_s: float, seed: int,
+             tier: str) -> Row:
     inputs, eager, ours, nbytes = _functions(case, kernel)
     reference = eager(*inputs)
-    source = torch.empty_like(reference).copy_(reference)  # an output-sized tensor to copy
-    floor = lambda: torch.empty_like(source).copy_(source)  # noqa: E731
+    floor = _floor(reference)
     fns = {"torch": lambda: eager(*inputs), "ours": lambda: ours(*inputs), "floor": floor}
     # warm-up (first-call costs: lazy init, page faults of the pool), which
     # also tells how long a round takes
@@ -142,8 +239,18 @@ def measure(case: Case, kernel: ModuleType, rounds: int | None = None, calls: in
         case=case.label, torch_us=t_torch, ours_us=t_ours, floor_us=t_floor, speedup=speedup.value,
         gbps=nbytes / (t_ours * 1e-6) / 1e9, floor_fraction=t_ours / t_floor,
         tier=kernel.dispatch_tier(case.op, *inputs),
-        speedup_ci_low=speedup.ci_low, speedup_ci_high=speedup.ci_high, rounds=rounds,
+        speedup_ci_low=speedup.ci_low, speedup_ci_high=speedup.ci_high, rounds=rounds, tier_requested=tier,
     )
+
+
+def select_cases(ops: list[str] | None) -> tuple[Case, ...]:
+    """DEFAULT_CASES of the named ops (all of them for None); unknown names raise ValueError."""
+    if ops is None:
+        return DEFAULT_CASES
+    unknown = sorted(set(ops) - set(OPS))
+    if unknown:
+        raise ValueError(f"unknown op {', '.join(unknown)}; the catalogue benchmark has {', '.join(OPS)}")
+    return tuple(case for case in DEFAULT_CASES if case.op in ops)
 
 
 def build_perf_kernel(directory: Path) -> Path:

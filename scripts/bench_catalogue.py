@@ -1,10 +1,15 @@
 """Benchmark: the generated catalogue kernels vs PyTorch eager and the allocate+copy floor.
 
-Prints, per op, dtype and shape: PyTorch us, ours us, speedup, GB/s, our time
-as a multiple of the floor, and the tier the dispatcher picked. The numbers in
-the README's performance table come from this script. It runs with the same
-fixed malloc thresholds as the benchmark's workers (eager bf16 rms_norm, with
-its large fp32 temporaries, otherwise varies 3x with the allocator's history).
+Prints, per op, dtype, shape and tier: PyTorch us, ours us, speedup, GB/s, our
+time as a multiple of the floor, and the tier that ran, under the CPU's model
+name. ``--tier avx2`` (or avx512, generic) forces that tier through
+KERNEL_CPU_ISA, ``--tier all`` times every tier this machine runs, one after
+the other for each case, and ``--tier auto`` (the default) times the
+dispatcher's own choice; tiers the CPU or the package lacks are listed as not
+measured, with the reason. The numbers in the README's performance tables come
+from this script. It runs with the same fixed malloc thresholds as the
+benchmark's workers (eager bf16 rms_norm, with its large fp32 temporaries,
+otherwise varies 3x with the allocator's history).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from kernel_harness.bench.process import is_steady_malloc, with_steady_malloc
 from kernel_harness.cpu import cpu_model
 from kernel_harness.cli import add_json_option, console, run_main, write_json_report
 from kernel_harness.kernel_loader import load_kernel_module
-from kernel_harness.perf_table import DEFAULT_CASES, build_perf_kernel, measure, rows_as_dicts
+from kernel_harness.perf_table import (OPS, TIER_CHOICES, Row, build_perf_kernel, measure, rows_as_dicts, select_cases,
+                                       tier_plan)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,38 +48,66 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds-per-case", type=float, default=6.0,
                         help="time budget per case when --rounds is not given (default 6)")
     parser.add_argument("--threads", type=int, default=None, help="torch/OpenMP threads (default: torch's)")
+    parser.add_argument("--tier", choices=TIER_CHOICES, default="auto",
+                        help="the kernels' tier to time: one tier (forced with KERNEL_CPU_ISA), all the tiers "
+                             "this machine runs, or auto: the dispatcher's own choice (default)")
+    parser.add_argument("--ops", default=None,
+                        help=f"comma-separated ops to time (default: all of {', '.join(OPS)})")
     add_json_option(parser)
     args = parser.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: give at least 1 round per case (or leave it out for the time budget)")
     if not args.seconds_per_case > 0:
         parser.error(f"--seconds-per-case {args.seconds_per_case}: give a positive number of seconds")
+    try:
+        cases = select_cases(None if args.ops is None else [op.strip() for op in args.ops.split(",") if op.strip()])
+    except ValueError as error:
+        parser.error(f"--ops {args.ops}: {error}")
     if args.threads:
         torch.set_num_threads(args.threads)
     with console.status("generating and building the catalogue kernel"):
         kernel = load_kernel_module(str(build_perf_kernel(args.kernel_dir.resolve())))
+    available = kernel.available_tiers()
+    plan = tier_plan(args.tier, available)
+    machine = cpu_model()
+    report = {"machine": machine, "threads": torch.get_num_threads(), "tier_requested": args.tier,
+              "tiers_available": available, "tiers_not_measured": plan.not_measured,
+              "allocator": "steady (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, tcache off)"}
+    if not plan.measured:
+        reasons = "; ".join(f"{tier}: {reason}" for tier, reason in plan.not_measured.items())
+        console.print(f"[red]--tier {args.tier}: nothing to measure on this machine ({machine}): {reasons}. "
+                      f"It runs {', '.join(available)}: pass one of those, all, or auto.[/red]")
+        write_json_report(args.json, {**report, "load_average": os.getloadavg()[0], "rows": []})
+        return 2
     # no vertical rules, no padding, short headers: the eight columns fit an 80-column terminal
-    table = Table(title="Catalogue kernels vs PyTorch eager (times in us)", box=box.SIMPLE_HEAD, padding=(0, 0),
-                  show_edge=False, caption=f"{cpu_model()}, {torch.get_num_threads()} threads")
+    table = Table(title=f"Catalogue kernels vs PyTorch eager (times in us), --tier {args.tier}", box=box.SIMPLE_HEAD,
+                  padding=(0, 0), show_edge=False, caption=f"{machine}, {torch.get_num_threads()} threads")
     for column in ("op dtype shape", "torch", "ours", "speedup", "95% CI", "GB/s", "/floor", "tier"):
         first = column == "op dtype shape"
         table.add_column(column, justify="left" if first else "right", no_wrap=first)
     rows = []
-    for case in DEFAULT_CASES:
-        with console.status(f"timing {case.label}"):
-            row = measure(case, kernel, rounds=args.rounds, budget_s=args.seconds_per_case)
-        rows.append(row)
-        interval = ("-" if row.speedup_ci_low is None or row.speedup_ci_high is None
-                    else f"{row.speedup_ci_low:.2f}-{row.speedup_ci_high:.2f}")
-        table.add_row(row.case, f"{row.torch_us:.0f}", f"{row.ours_us:.0f}", f"{row.speedup:.2f}x", interval,
-                      f"{row.gbps:.1f}", f"{row.floor_fraction:.2f}", row.tier)
+    for case in cases:
+        for tier in plan.measured:
+            with console.status(f"timing {case.label} ({tier})"):
+                row = measure(case, kernel, rounds=args.rounds, budget_s=args.seconds_per_case, tier=tier)
+            rows.append(row)
+            _add_row(table, row)
     console.print(table)
     load = os.getloadavg()[0]
+    console.print(f"machine: {machine}; tiers this machine runs (the package's answer): {', '.join(available)}")
+    for tier, reason in plan.not_measured.items():
+        console.print(f"not measured: the {tier} tier ({reason})")
     console.print(f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs; rounds per case: "
                   + ", ".join(str(row.rounds) for row in rows))
-    write_json_report(args.json, {"machine": cpu_model(), "threads": torch.get_num_threads(),
-                                  "load_average": load, "rows": rows_as_dicts(rows)})
+    write_json_report(args.json, {**report, "load_average": load, "rows": rows_as_dicts(rows)})
     return 0
+
+
+def _add_row(table: Table, row: Row) -> None:
+    interval = ("-" if row.speedup_ci_low is None or row.speedup_ci_high is None
+                else f"{row.speedup_ci_low:.2f}-{row.speedup_ci_high:.2f}")
+    table.add_row(row.case, f"{row.torch_us:.0f}", f"{row.ours_us:.0f}", f"{row.speedup:.2f}x", interval,
+                  f"{row.gbps:.1f}", f"{row.floor_fraction:.2f}", row.tier)
 
 
 if __name__ == "__main__":

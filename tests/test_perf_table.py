@@ -64,3 +64,53 @@ def test_bench_catalogue_rejects_bad_counts_before_building(tmp_path, flag):
     assert result.returncode == 2
     assert flag[0] in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "k").exists()  # nothing generated or built
+
+
+def test_tier_plan_measures_what_the_package_runs_and_explains_the_rest(monkeypatch):
+    """--tier all times every tier the package runs here; a tier it lacks is listed with the missing flags."""
+    from kernel_harness.perf_table import tier_plan
+
+    monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", "avx2 fma f16c avx512f avx512bw avx512vl avx512dq")
+    plan = tier_plan("all", ["generic", "avx2"])
+    assert plan.measured == ("generic", "avx2")
+    assert plan.not_measured == {"avx512": "this CPU lacks avx512_bf16"}
+    assert tier_plan("avx2", ["generic", "avx2"]).measured == ("avx2",)
+    lacking = tier_plan("avx512", ["generic", "avx2"])
+    assert lacking.measured == () and "avx512_bf16" in lacking.not_measured["avx512"]
+    assert tier_plan("auto", ["generic"]).measured == ("auto",)
+    # the CPU has the flags but the package was generated without the tier
+    monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", "avx2 fma f16c")
+    assert "package" in tier_plan("avx2", ["generic"]).not_measured["avx2"]
+    with pytest.raises(ValueError, match="sse4"):
+        tier_plan("sse4", ["generic"])
+
+
+def test_forced_tier_sets_and_restores_the_dispatcher_knob(monkeypatch):
+    import os
+
+    from kernel_harness.perf_table import ISA_ENV, forced_tier
+
+    monkeypatch.setenv(ISA_ENV, "generic")
+    with forced_tier("avx2"):
+        assert os.environ[ISA_ENV] == "avx2"
+    with forced_tier("auto"):
+        assert ISA_ENV not in os.environ
+    assert os.environ[ISA_ENV] == "generic"
+
+
+def test_every_catalogue_op_has_a_headline_case_in_both_dtypes():
+    from kernel_harness.perf_table import DEFAULT_CASES, OPS, select_cases
+    from kernel_harness.scaffold import CATALOGUE
+
+    assert set(OPS) <= set(CATALOGUE)
+    assert {(c.op, c.dtype) for c in DEFAULT_CASES} >= {(op, dt) for op in OPS for dt in ("fp32", "bf16")}
+    assert {c.op for c in select_cases(["softmax", "layer_norm"])} == {"softmax", "layer_norm"}
+    with pytest.raises(ValueError, match="nope"):
+        select_cases(["nope"])
+
+
+def test_bench_catalogue_rejects_an_unknown_op_before_building(tmp_path):
+    result = run_script("bench_catalogue", "--ops", "rms_norm,nope", "--kernel-dir", tmp_path / "k", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--ops" in result.stderr and "nope" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "k").exists()
