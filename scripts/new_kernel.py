@@ -67,6 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--signature", action="append", default=[], metavar="SIG",
                         help='explicit signature instead of a baseline, e.g. "q: Tensor, cos: Tensor[fp32], '
                              'sin: Tensor[fp32] -> Tensor(like q)" (see SKILL.md)')
+    parser.add_argument("--bodies", type=Path, default=None, metavar="DIR",
+                        help="take each unit's op part (from its first '// <op>' line on) from the file of "
+                             "the same name in DIR: an earlier kernel's <name>_cpu/ (regenerate it with "
+                             "today's templates, keeping its bodies) or an example's solution/")
     add_json_option(parser)
     args = parser.parse_args(argv)
     signatures = _signatures(args.op, args.from_baseline, args.signature, tuple(args.dtypes))
@@ -80,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tiers=tuple(args.tiers),
         force=args.force,
         signatures=signatures,
+        bodies=args.bodies,
     )
     plan = generate_project(options)
 

@@ -26,6 +26,7 @@ import pytest
 from kernel_harness.atomic import atomic_write_text, exclusive_lock
 from kernel_harness.errors import UsageError
 from kernel_harness.scaffold import ScaffoldOptions, plan_project
+from kernel_harness.scaffold.bodies import splice_bodies
 from kernel_harness.scaffold.from_baseline import signature_from_baseline
 from kernel_harness.scaffold.signature import parse_signature
 
@@ -344,25 +345,44 @@ EXAMPLE_PACKAGES = {"rope": "rope_kernel", "masked_softmax": "masked_softmax_ker
 
 @pytest.mark.parametrize("op", sorted(EXAMPLE_PACKAGES))
 def test_example_solutions_fit_the_generated_package(script, tmp_path, op):
-    """The solution files replace only bodies of a freshly generated package: it validates clean."""
+    """The solutions hold only the op parts of the three editable units (no copy of the
+    template vocabulary to go stale); new_kernel.py --bodies splices them into a package
+    generated from today's templates, which then validates clean, complete."""
     package = EXAMPLE_PACKAGES[op]
-    d = tmp_path / "kernel"
-    run = script("new_kernel", "--op", op, "--name", package, "--dir", d,
-                 "--from-baseline", EXAMPLES / op / "baseline.py", cwd=tmp_path)
-    assert run.returncode == 0, run.stderr
     solution = EXAMPLES / op / "solution" / f"{package}_cpu"
     editable = sorted(p.name for p in solution.iterdir())
     assert editable == sorted([f"{package}_cpu.cpp", f"{package}_avx2.cpp", f"{package}_avx512.cpp"])
     for name in editable:
-        generated = (d / f"{package}_cpu" / name).read_text().splitlines()
-        written = (solution / name).read_text().splitlines()
-        # everything before the op's first generated comment line is untouched template text
-        first = next(i for i, line in enumerate(generated) if line.startswith(f"// {op}"))
-        assert written[:first] == generated[:first], name
-        shutil.copy(solution / name, d / f"{package}_cpu" / name)
+        assert (solution / name).read_text().startswith(f"// {op}"), f"{name} holds template text"
+    d = tmp_path / "kernel"
+    run = script("new_kernel", "--op", op, "--name", package, "--dir", d, "--from-baseline",
+                 EXAMPLES / op / "baseline.py", "--bodies", solution, "--json", tmp_path / "n.json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert json.loads((tmp_path / "n.json").read_text())["unfinished_ops"] == []
+    for name in editable:
+        text = (d / f"{package}_cpu" / name).read_text()
+        assert text.endswith((solution / name).read_text()) and "KERNEL_TODO(\"" not in text, name
     check = script("validate_cpu_kernel", d, "--json", tmp_path / "v.json", cwd=tmp_path)
     report = json.loads((tmp_path / "v.json").read_text())
     assert check.returncode == 0 and report["errors"] == [] and report["warnings"] == [], report
+
+
+def test_bodies_regenerate_a_kernel_keeping_its_code_and_refuse_a_file_without_an_op(script, tmp_path):
+    """An agent's edited units (whole files) go through --bodies into a fresh generation:
+    the op code survives, the template part is today's; a unit with no op section is
+    refused with exit 2, naming the file, and nothing is written."""
+    first, again = tmp_path / "k1", tmp_path / "k2"
+    gen = ("new_kernel", "--op", "rope", "--name", "rope_kernel", "--from-baseline", EXAMPLES / "rope" / "baseline.py")
+    assert script(*gen, "--dir", first, cwd=tmp_path).returncode == 0
+    unit = first / "rope_kernel_cpu" / "rope_kernel_avx2.cpp"
+    unit.write_text(unit.read_text().replace('KERNEL_TODO("rope", "avx2");', "/* the agent's loop */"))
+    assert script(*gen, "--dir", again, "--bodies", first / "rope_kernel_cpu", cwd=tmp_path).returncode == 0
+    assert (again / "rope_kernel_cpu" / "rope_kernel_avx2.cpp").read_text() == unit.read_text()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "rope_kernel_avx2.cpp").write_text("int main() {}\n")
+    bad = script(*gen, "--dir", tmp_path / "k3", "--bodies", tmp_path / "bad", cwd=tmp_path)
+    assert bad.returncode == 2 and "rope_kernel_avx2.cpp" in bad.stderr + bad.stdout
+    assert not (tmp_path / "k3").exists()
 
 
 WRAPPERS = {
@@ -398,7 +418,8 @@ def compile_example_unit(tmp_path: Path, op: str, package: str, tier: str, wrapp
                                         signatures=(signature_from_baseline(EXAMPLES / op / "baseline.py", op),)))
     flags = tomllib.loads(plan.files["build.toml"])["kernel"][f"{ns}_{tier}"]["cxx-flags"]
     (tmp_path / f"{package}_tiers.hpp").write_text(plan.files[f"{ns}/{package}_tiers.hpp"])
-    shutil.copy(EXAMPLES / op / "solution" / ns / f"{package}_{tier}.cpp", tmp_path / "unit.cpp")
+    splice_bodies(plan, EXAMPLES / op / "solution" / ns)
+    (tmp_path / "unit.cpp").write_text(plan.files[f"{ns}/{package}_{tier}.cpp"])
     (tmp_path / "wrap.cpp").write_text(f'#include "{package}_tiers.hpp"\n' + wrapper + "\n")
     lib_path = tmp_path / "unit.so"
     subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib_path)],

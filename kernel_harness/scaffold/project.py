@@ -51,6 +51,8 @@ class ScaffoldOptions:
     #: ops outside the catalogue with a known signature (--from-baseline / --signature);
     #: their every layer is generated from it instead of a skeleton template.
     signatures: tuple[Signature, ...] = ()
+    #: a directory of units whose op parts replace the generated ones (--bodies)
+    bodies: Path | None = None
 
 
 @dataclass
@@ -264,7 +266,12 @@ def write_project(plan: ProjectPlan, *, force: bool) -> list[Path]:
 
 
 def generate_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) -> ProjectPlan:
-    """Plan and write the project described by ``options``."""
+    """Plan and write the project described by ``options`` (with the op bodies of
+    ``options.bodies`` spliced in, see :mod:`.bodies`)."""
     plan = plan_project(options, templates_dir)
+    if options.bodies is not None:
+        from .bodies import splice_bodies  # bodies imports this module
+
+        splice_bodies(plan, options.bodies)
     write_project(plan, force=options.force)
     return plan
