@@ -118,11 +118,91 @@ def test_forwarded_flags_and_result_files():
     assert vs["remote"]["node_paths"] == {"against": "/tmp/n/against/k"}
 
 
-def test_the_benchmark_on_a_node_runs_without_rays_thread_cap():
-    from kernel_harness.farm.remote import benchmark_env
+def test_the_benchmark_on_a_node_drops_only_rays_thread_cap():
+    from kernel_harness.farm.remote import NODE_OMP_ENV, benchmark_env
 
-    env = benchmark_env({"OMP_NUM_THREADS": "1", "PATH": "/bin"})
-    assert "OMP_NUM_THREADS" not in env and env["PATH"] == "/bin"
+    def omp(environ, driver=None):
+        env, threads = benchmark_env(environ, driver_omp=driver)
+        assert env["PATH"] == "/bin"
+        return env.get("OMP_NUM_THREADS"), threads.source
+
+    # a farm node started without OMP_NUM_THREADS: the 1 in the worker is Ray's task cap
+    assert omp({"OMP_NUM_THREADS": "1", NODE_OMP_ENV: "", "PATH": "/bin"}) == (None, None)
+    # the operator started the node with a value (Ray then sets none): kept, even 1
+    assert omp({"OMP_NUM_THREADS": "1", NODE_OMP_ENV: "1", "PATH": "/bin"}) == ("1", "node")
+    assert omp({"OMP_NUM_THREADS": "3", NODE_OMP_ENV: "3", "PATH": "/bin"}) == ("3", "node")
+    # the driver's own value wins over both: the same benchmark as a local run in that shell
+    assert omp({"OMP_NUM_THREADS": "1", NODE_OMP_ENV: "", "PATH": "/bin"}, driver="2") == ("2", "driver")
+    assert omp({"OMP_NUM_THREADS": "3", NODE_OMP_ENV: "3", "PATH": "/bin"}, driver="2") == ("2", "driver")
+    # a node started by plain `ray start` (no marker): anything but Ray's cap is the operator's
+    assert omp({"OMP_NUM_THREADS": "1", "PATH": "/bin"}) == (None, None)
+    assert omp({"OMP_NUM_THREADS": "4", "PATH": "/bin"}) == ("4", "node")
+
+
+def test_a_farm_node_tells_its_workers_the_operators_thread_setting(monkeypatch, tmp_path):
+    """farm node passes the operator's OMP_NUM_THREADS (or "") to `ray start`, whose workers inherit it."""
+    from kernel_harness.farm import node as node_module
+    from kernel_harness.farm.remote import NODE_OMP_ENV
+
+    seen = []
+
+    class Started(Exception):
+        pass
+
+    def fake_popen(cmd, **kwargs):
+        seen.append(kwargs["env"])
+        raise Started
+
+    monkeypatch.setenv("KERNEL_HARNESS_FARM_DIR", str(tmp_path))
+    monkeypatch.setattr(node_module.subprocess, "Popen", fake_popen)
+    monkeypatch.setattr(node_module, "_free_port_check", lambda host, port: None)
+    for value in ("3", None):
+        if value is None:
+            monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OMP_NUM_THREADS", value)
+        with pytest.raises(Started):
+            node_module.start_node(head=True, address=None, port=1, node_ip="127.0.0.1")
+    assert [env[NODE_OMP_ENV] for env in seen] == ["3", ""]
+
+
+def test_a_node_of_another_harness_or_torch_refuses_before_running_and_exits_2(tmp_path, capsys):
+    from kernel_harness.farm import identity
+    from kernel_harness.farm.remote import RemoteJob, run_job
+    from kernel_harness.farm.submit import finish
+
+    here = identity.local_identity()
+    assert here.harness_source == identity.harness_source_id() and len(here.harness_source) == 12
+    for field, other in (("harness_version", "0.0.9"), ("harness_source", "0123456789ab"),
+                         ("torch_version", "2.99.0"), ("variant", "torch299-cxx98-cpu-x86_64-linux")):
+        driver = identity.Identity(**{**here.as_json(), field: other})
+        assert len(identity.differences(driver, here)) == 1
+        # an empty package: had the node gone on to unpack and run it, the job would fail otherwise
+        job = RemoteJob(b"", "pkg", "baseline.py", {}, (), 60.0, "any", expected=driver.as_json())
+        outcome = run_job(job)
+        assert outcome["status"] == "mismatch" and outcome["node_identity"] == here.as_json()
+        assert outcome["driver_identity"][field] == other
+        code = finish({**outcome, "label": "any"}, {}, "any", tmp_path / "r.json", 60.0, {})
+        err = capsys.readouterr().err
+        assert code == 2 and not (tmp_path / "r.json").exists()
+        assert other in err and str(getattr(here, field)) in err and "Nothing was run or recorded" in err
+
+
+def test_the_harness_code_hash_follows_the_code(monkeypatch, tmp_path):
+    from kernel_harness.farm import identity
+
+    (tmp_path / "kernel_harness" / "bench").mkdir(parents=True)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "kernel_harness" / "bench" / "runner.py").write_text("ROUNDS = 10\n")
+    (tmp_path / "scripts" / "config.yaml").write_text("rtol: 0.01\n")
+    monkeypatch.setattr(identity, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(identity, "PACKAGE_DIR", tmp_path / "kernel_harness")
+    monkeypatch.setattr(identity, "SCRIPTS_DIR", tmp_path / "scripts")
+    first = identity.harness_source_id()
+    (tmp_path / "scripts" / "config.yaml").write_text("rtol: 0.02\n")
+    second = identity.harness_source_id()
+    (tmp_path / "kernel_harness" / "bench" / "runner.py").write_text("ROUNDS = 11\n")
+    assert len({first, second, identity.harness_source_id()}) == 3
 
 
 def test_shipped_files_are_the_sources_one_variant_and_the_baselines_siblings(tmp_path):
@@ -201,11 +281,11 @@ def farm_head(tmp_path_factory):
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def _bench(farm, kernel_dir: Path, json_path: Path, *extra: str) -> subprocess.Popen:
+def _bench(farm, kernel_dir: Path, json_path: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(PROJECT_ROOT / "scripts" / "benchmark_cpu.py"), str(BASELINE), "--kernel-package",
          str(kernel_dir), "--op", OP, *FAST, "--cluster", farm["address"], "--json", str(json_path), *extra],
-        env=farm["env"], cwd=json_path.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=env or farm["env"], cwd=json_path.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.slow
@@ -225,7 +305,10 @@ def three_runs(farm_head, catalogue_kernel_dir, tmp_path_factory):
     # the third is an --all-cpu-classes run: one job per class (one class here), written as run2.<class>.json
     # the second times the same build --against itself where benchmark_cpu.py has --against (issue 19)
     extra = {1: ["--against", str(catalogue_kernel_dir)] if _has_against() else [], 2: ["--all-cpu-classes"]}
-    procs = [_bench(farm_head, catalogue_kernel_dir, out / f"run{i}.json", *extra.get(i, [])) for i in range(3)]
+    # the third sets OMP_NUM_THREADS=1 in the driver's shell: the node must time one thread, as locally
+    envs = {2: {**farm_head["env"], "OMP_NUM_THREADS": "1"}}
+    procs = [_bench(farm_head, catalogue_kernel_dir, out / f"run{i}.json", *extra.get(i, []), env=envs.get(i))
+             for i in range(3)]
     results = []
     for i, proc in enumerate(procs):
         try:
@@ -262,6 +345,13 @@ def test_against_ships_the_other_build_and_names_the_local_one(three_runs, catal
 
 
 @pytest.mark.slow
+def test_the_drivers_omp_num_threads_applies_on_the_node(three_runs):
+    code, output, report = three_runs[2]
+    assert code == 0 and report is not None, output[-3000:]
+    assert report["threads"] == 1 and report["remote"]["threads"] == {"omp_num_threads": "1", "source": "driver"}
+
+
+@pytest.mark.slow
 def test_concurrent_runs_on_one_slot_never_overlap(three_runs):
     spans = []
     for code, output, report in three_runs:
@@ -288,6 +378,13 @@ def test_remote_run_returns_the_local_schema_and_is_matched_with_its_trial(three
     assert remote_report["correct"] is True and remote_report["speedup"] > 0
     # the same thread count as a local run on the same machine (Ray's task cap is dropped)
     assert remote_report["threads"] == local["threads"]
+    # the node ran the driver's harness code and torch (checked on the node before it ran)
+    from kernel_harness.farm.identity import local_identity
+
+    assert remote_report["remote"]["identity"] == local_identity().as_json()
+    driver_omp = os.environ.get("OMP_NUM_THREADS") or None
+    assert remote_report["remote"]["threads"] == {"omp_num_threads": driver_omp,
+                                                  "source": "driver" if driver_omp else None}
     remote = remote_report["remote"]
     assert remote["node_ip"] == "127.0.0.1" and remote["node"] == socket.gethostname()
     assert remote["cpu_class"] in ("generic", "avx2", "avx512") and remote["wall_s"] > 0

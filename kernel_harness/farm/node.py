@@ -27,6 +27,7 @@ from ..atomic import atomic_write_json
 from ..errors import KernelCrashed, UsageError
 from . import HEAD_COMMAND
 from .classes import NodeInfo, node_info, node_resources
+from .remote import NODE_OMP_ENV
 
 STATE_ENV = "KERNEL_HARNESS_FARM_DIR"
 DEFAULT_PORT = 6379
@@ -141,6 +142,8 @@ def start_node(*, head: bool, address: str | None, port: int = DEFAULT_PORT, nod
     directory.mkdir(parents=True, exist_ok=True)
     log = directory / "node.log"
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    # the operator's thread setting, so a worker can tell it from Ray's task cap (remote.benchmark_env)
+    env[NODE_OMP_ENV] = os.environ.get("OMP_NUM_THREADS", "")
     if _loopback(node_ip):
         if not head:
             raise UsageError("--node-ip-address 127.0.0.1 makes a single-machine farm; only a head can use it "
