@@ -1,7 +1,13 @@
 """Benchmarking on a Ray cluster (issue 22): kernel_harness/farm and benchmark_cpu.py --cluster.
 
-One local Ray head on 127.0.0.1 (one bench slot) serves the whole module: it is
-started once, bounded in time, and stopped at the end even when a test fails.
+One local Ray head (one bench slot) serves the whole module: it is started
+once, bounded in time, and stopped at the end even when a test fails.  It
+listens on the address Ray picks for this machine, as a head for several
+machines does, so that a second node can join it with ``farm node --address``
+(the last tests: a joining node on the same machine, the one honest
+multi-node cluster one host can run; a joiner cannot use a 127.0.0.1 head,
+because ``ray start --address 127.0.0.1:P`` rewrites the address to the
+machine's).
 The node hides AMX (``KERNEL_HARNESS_CPU_FLAGS``) so that "a class the cluster
 lacks" is the same on every CPU.  The remote runs use the session's catalogue
 kernel (tests/fixtures_kernels.py): no extra build.
@@ -225,6 +231,57 @@ def test_shipped_files_are_the_sources_one_variant_and_the_baselines_siblings(tm
     assert shipped["baseline.py"] == BASELINE.read_bytes()
 
 
+def _runs(side: str, speedups: list[float]):
+    from kernel_harness.farm.agreement import Run
+
+    return [Run(side, i, 0, 10.0 + (2.0 if side == "remote" else 0.0), x, None, True, 2, [1.0])
+            for i, x in enumerate(speedups)]
+
+
+def test_agreement_says_within_or_outside_only_when_the_whole_interval_does():
+    from kernel_harness.farm.agreement import Run, compare
+
+    local = [5.50, 5.62, 5.58, 5.71, 5.55, 5.66]
+    same = compare(_runs("local", local) + _runs("remote", [x * 1.01 for x in reversed(local)]), {})
+    assert same.verdict.startswith("within") and 0.95 <= same.ratio_ci[0] <= same.ratio <= same.ratio_ci[1] <= 1.05
+    assert same.local.median == 5.6 and same.local.ok == 6 and same.overhead_s == 2.0
+    far = compare(_runs("local", local) + _runs("remote", [x * 1.2 for x in local]), {})
+    assert far.verdict.startswith("outside") and far.ratio == 1.2
+    noisy = compare(_runs("local", local) + _runs("remote", [4.0, 7.5, 5.6, 6.9, 4.4]), {})
+    assert noisy.verdict.startswith("undecided")
+    one = compare(_runs("local", [5.6]) + _runs("remote", [5.6]), {})
+    assert one.ratio == 1.0 and one.ratio_ci is None and one.verdict.startswith("undecided")
+    crashed = Run("remote", 0, 3, 5.0, None, None, None, None, None, error="kernel failure")
+    failed = compare(_runs("local", local) + [crashed], {})
+    assert failed.remote.ok == 0 and failed.ratio is None and json.dumps(failed.as_json())
+
+
+def test_agreement_alternates_the_first_side_and_stops_at_a_refused_run(tmp_path):
+    from kernel_harness.farm.agreement import run_pairs
+
+    log = tmp_path / "order.txt"
+    fake = ("import json, sys; open(%r, 'a').write(sys.argv[1] + ' '); "
+            "json.dump({'speedup': 2.0, 'reliable': True, 'threads': 2, 'remote': {'node': 'n'}} "
+            "if sys.argv[1] != 'bad' else {}, open(sys.argv[sys.argv.index('--json') + 1], 'w')); "
+            "sys.exit(2 if sys.argv[1] == 'bad' else 0)") % str(log)
+    runs = run_pairs([sys.executable, "-c", fake, "L"], [sys.executable, "-c", fake, "R"], 3, 60)
+    assert log.read_text().split() == ["L", "R", "R", "L", "L", "R"]
+    assert [r.side for r in runs] == ["local", "remote", "remote", "local", "local", "remote"]
+    assert all(r.speedup == 2.0 and r.returncode == 0 for r in runs) and runs[1].node == "n"
+    with pytest.raises(UsageError, match="remote run refused its input"):
+        run_pairs([sys.executable, "-c", fake, "L"], [sys.executable, "-c", fake, "bad"], 3, 60)
+    assert log.read_text().split()[6:] == ["L", "bad"]
+
+
+def test_agreement_script_refuses_bad_usage(tmp_path):
+    proc = run_script("farm_agreement", BASELINE, "--kernel-package", tmp_path, "--op", "p.f", "--cluster", "auto",
+                      "--runs", "0", cwd=tmp_path)
+    assert proc.returncode == 2 and "--runs must be at least 1" in proc.stderr
+    proc = run_script("farm_agreement", BASELINE, "--kernel-package", tmp_path, "--op", "p.f", "--cluster", "auto",
+                      "--", "--json", "x.json", cwd=tmp_path)
+    assert proc.returncode == 2 and "no --json" in proc.stderr
+
+
 @needs_ray
 def test_no_cluster_at_the_address_exits_2_at_once(tmp_path):
     with socket.socket() as sock:
@@ -252,7 +309,7 @@ def _farm(env: dict, *args: str, timeout: float = 200) -> subprocess.CompletedPr
 
 @pytest.fixture(scope="module")
 def farm_head(tmp_path_factory):
-    """A one-slot Ray head on 127.0.0.1 for the module; always stopped (by its pid) at the end."""
+    """A one-slot Ray head for the module; always stopped (by its pid) at the end."""
     if not HAS_RAY:
         pytest.skip("ray is not installed (pip install -e '.[cluster]')")
     state = tmp_path_factory.mktemp("farm-state")
@@ -265,11 +322,11 @@ def farm_head(tmp_path_factory):
            # the node advertises no AMX on any CPU, so "a class the cluster lacks" is always amx
            cpu.FLAGS_ENV_VAR: " ".join(sorted(cpu.cpu_flags() - hidden))}
     try:
-        proc = _farm(env, "node", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
-                     "--temp-dir", ray_tmp, "--start-timeout", "150")
+        proc = _farm(env, "node", "--head", "--port", str(port), "--temp-dir", ray_tmp, "--start-timeout", "150")
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert f"127.0.0.1:{port}" in proc.stdout
-        yield {"address": f"127.0.0.1:{port}", "env": env, "state": state}
+        address = json.loads((state / "node.json").read_text())["address"]
+        assert address.endswith(f":{port}") and f"--address {address}" in proc.stdout
+        yield {"address": address, "host": address.rpartition(":")[0], "env": env, "state": state}
     finally:
         _farm(env, "stop", timeout=90)
         data = state / "node.json"
@@ -293,7 +350,7 @@ def test_status_lists_the_node_its_classes_and_its_slot(farm_head, tmp_path):
     proc = _farm(farm_head["env"], "status", "--cluster", farm_head["address"], "--json", str(tmp_path / "s.json"))
     assert proc.returncode == 0, proc.stderr
     [node] = json.loads((tmp_path / "s.json").read_text())["nodes"]
-    assert node["slots"] == 1 and node["free_slots"] == 1 and node["address"] == "127.0.0.1"
+    assert node["slots"] == 1 and node["free_slots"] == 1 and node["address"] == farm_head["host"]
     assert list(node["classes"]) == [c for c in ("avx2", "avx512") if cpu.has_isa(c)]
     assert node["variant"] and node["variant"].startswith("torch")
 
@@ -364,7 +421,8 @@ def test_concurrent_runs_on_one_slot_never_overlap(three_runs):
 
 
 @pytest.mark.slow
-def test_remote_run_returns_the_local_schema_and_is_matched_with_its_trial(three_runs, catalogue_kernel_dir, tmp_path):
+def test_remote_run_returns_the_local_schema_and_is_matched_with_its_trial(three_runs, catalogue_kernel_dir, tmp_path,
+                                                                            farm_head):
     from kernel_harness.trials.buildid import content_id_of
     from kernel_harness.trials.results import json_build_id
 
@@ -386,7 +444,7 @@ def test_remote_run_returns_the_local_schema_and_is_matched_with_its_trial(three
     assert remote_report["remote"]["threads"] == {"omp_num_threads": driver_omp,
                                                   "source": "driver" if driver_omp else None}
     remote = remote_report["remote"]
-    assert remote["node_ip"] == "127.0.0.1" and remote["node"] == socket.gethostname()
+    assert remote["node_ip"] == farm_head["host"] and remote["node"] == socket.gethostname()
     assert remote["cpu_class"] in ("generic", "avx2", "avx512") and remote["wall_s"] > 0
     assert remote_report["machine"]["cpu_model"] == cpu.cpu_model()  # the node's CPU, recorded by the node
     if "conditions" in remote_report:  # issue 19's conditions, measured on the node
@@ -438,7 +496,7 @@ def test_a_job_over_its_timeout_exits_3_naming_the_node(farm_head, catalogue_ker
          "--json", str(tmp_path / "r.json")],
         env=farm_head["env"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "--job-timeout 2 s" in proc.stderr and "127.0.0.1" in proc.stderr
+    assert "--job-timeout 2 s" in proc.stderr and farm_head["host"] in proc.stderr
     assert not (tmp_path / "r.json").exists()
 
 
@@ -473,9 +531,69 @@ def test_killing_the_worker_mid_run_exits_3_and_records_nothing(farm_head, catal
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 3, stdout + stderr
-    assert "127.0.0.1" in stderr and "Nothing was recorded" in stderr
+    assert farm_head["host"] in stderr and "Nothing was recorded" in stderr
     assert not json_path.exists()  # nothing a trial could be fed with
     deadline = time.monotonic() + 30
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
+# --------------------------------------------------------------------------- a second node joins
+
+@pytest.fixture(scope="module")
+def second_node(farm_head, tmp_path_factory):
+    """A second farm node on this machine joins the head with `farm node --address` (after every
+    one-node test: this module's tests run in file order).  It hides AVX2 and up, so it is a node of
+    another class (generic); its own state directory, so `farm stop` there stops only it."""
+    if not cpu.has_isa("avx2"):
+        pytest.skip("the head is generic on this CPU: the joining node would not be of another class")
+    state = tmp_path_factory.mktemp("farm-state-2")
+    hidden = set().union(*(cpu.REQUIRED_FLAGS[name] for name in ("avx2", "avx512", "amx")))
+    env = {**farm_head["env"], "KERNEL_HARNESS_FARM_DIR": str(state),
+           cpu.FLAGS_ENV_VAR: " ".join(sorted(cpu.cpu_flags() - hidden))}
+    try:
+        proc = _farm(env, "node", "--address", farm_head["address"], "--start-timeout", "150")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"Joined the cluster at {farm_head['address']}" in proc.stdout
+        yield {"env": env, "state": state}
+    finally:
+        _farm(env, "stop", timeout=90)
+        data = state / "node.json"
+        if data.exists():  # stop failed: end exactly the process we started
+            try:
+                os.killpg(json.loads(data.read_text())["pid"], signal.SIGKILL)
+            except (ProcessLookupError, KeyError, ValueError):
+                pass
+
+
+def _head_top() -> str:
+    return "avx512" if cpu.has_isa("avx512") else "avx2"  # amx is hidden on the head
+
+
+@pytest.mark.slow
+def test_a_joined_node_is_listed_with_its_class_and_its_own_slot(farm_head, second_node, tmp_path):
+    proc = _farm(farm_head["env"], "status", "--cluster", farm_head["address"], "--json", str(tmp_path / "s.json"))
+    assert proc.returncode == 0, proc.stderr
+    nodes = json.loads((tmp_path / "s.json").read_text())["nodes"]
+    assert len(nodes) == 2 and len({n["node_id"] for n in nodes}) == 2
+    by_top = {n["top"]: n for n in nodes}
+    assert set(by_top) == {_head_top(), "generic"}
+    assert by_top["generic"]["classes"] == [] and _head_top() in by_top[_head_top()]["classes"]
+    assert all(n["slots"] == 1 and n["free_slots"] == 1 and n["variant"] == nodes[0]["variant"] for n in nodes)
+    assert "2 node(s), 2 bench slot(s), 0 busy" in proc.stdout
+
+
+@pytest.mark.slow
+def test_two_jobs_submitted_at_once_run_one_per_node(farm_head, second_node, catalogue_kernel_dir, tmp_path):
+    """--all-cpu-classes submits one job per class at once; each runs on the node of its class."""
+    proc = _bench(farm_head, catalogue_kernel_dir, tmp_path / "run.json", "--all-cpu-classes")
+    stdout, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 0, (stdout + stderr)[-3000:]
+    reports = {c: json.loads((tmp_path / f"run.{c}.json").read_text()) for c in (_head_top(), "generic")}
+    assert len({r["remote"]["node_id"] for r in reports.values()}) == 2, "both jobs ran on one node"
+    for cls, report in reports.items():
+        assert report["correct"] is True and report["remote"]["cpu_class"] == cls
+    # the generic node hid AVX2 from the harness: its own report says so (the node's machine, not the driver's)
+    assert reports["generic"]["machine"]["supported_tiers"] == ["generic"]
+    assert "avx2" in reports[_head_top()]["machine"]["supported_tiers"]
