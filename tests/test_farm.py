@@ -325,7 +325,8 @@ def farm_head(tmp_path_factory):
         proc = _farm(env, "node", "--head", "--port", str(port), "--temp-dir", ray_tmp, "--start-timeout", "150")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         address = json.loads((state / "node.json").read_text())["address"]
-        assert address.endswith(f":{port}") and f"--address {address}" in proc.stdout
+        # rich wraps long lines at spaces: compare with the whitespace folded
+        assert address.endswith(f":{port}") and f"--address {address}" in " ".join(proc.stdout.split())
         yield {"address": address, "host": address.rpartition(":")[0], "env": env, "state": state}
     finally:
         _farm(env, "stop", timeout=90)
@@ -555,7 +556,7 @@ def second_node(farm_head, tmp_path_factory):
     try:
         proc = _farm(env, "node", "--address", farm_head["address"], "--start-timeout", "150")
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert f"Joined the cluster at {farm_head['address']}" in proc.stdout
+        assert f"Joined the cluster at {farm_head['address']}" in " ".join(proc.stdout.split())
         yield {"env": env, "state": state}
     finally:
         _farm(env, "stop", timeout=90)
