@@ -85,9 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine["load_average_end"] = list(os.getloadavg())
     machine["started_at"], machine["finished_at"] = started, datetime.now(timezone.utc).isoformat(timespec="seconds")
     result = compare(runs, machine)
-    table = Table(title=f"{machine['cpu_model']}, {machine['logical_cpus']} logical CPUs, {started[:16]} UTC, "
+    table = Table(caption="speedup: median, range and (max - min) / median; wall: median seconds a run",
+                  title=f"{machine['cpu_model']}, {machine['logical_cpus']} logical CPUs, {started[:16]} UTC, "
                         f"load {machine['load_average_start'][0]:.2f} -> {machine['load_average_end'][0]:.2f}")
-    for column in ("side", "runs ok", "reliable", "median speedup", "range", "spread", "median wall"):
+    # short headers: the table must fit 80 columns (a pipe or a log file) without cutting numbers
+    for column in ("side", "ok", "reliable", "median", "range", "spread", "wall"):
         table.add_column(column)
     for name, side in (("local", result.local), ("remote", result.remote)):
         table.add_row(name, f"{side.ok}/{side.runs}", str(side.reliable), _fmt(side.median),
@@ -95,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       _fmt(side.wall_median_s, " s", 1))
     console.print(table)
     ci = f"[{result.ratio_ci[0]:.3f}, {result.ratio_ci[1]:.3f}]" if result.ratio_ci else "(no interval)"
-    console.print(f"remote / local median speedup: {_fmt(result.ratio)} {ci} (bootstrap 95 %): "
+    console.print(f"remote / local median speedup ({result.basis}): {_fmt(result.ratio)} {ci} (bootstrap 95 %): "
                   f"[bold]{result.verdict}[/bold] (band ±{BAND:.0%})")
     console.print(f"overhead of a remote run (median wall, remote - local): {_fmt(result.overhead_s, ' s', 2)}")
     write_json_report(args.json, result.as_json())

@@ -15,6 +15,7 @@ kernel (tests/fixtures_kernels.py): no extra build.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -251,6 +252,11 @@ def test_agreement_says_within_or_outside_only_when_the_whole_interval_does():
     assert noisy.verdict.startswith("undecided")
     one = compare(_runs("local", [5.6]) + _runs("remote", [5.6]), {})
     assert one.ratio == 1.0 and one.ratio_ci is None and one.verdict.startswith("undecided")
+    # far apart but from too few runs, or from runs the benchmark marked unreliable: no verdict
+    few = compare(_runs("local", [4.2, 4.8]) + _runs("remote", [6.1, 6.4]), {})
+    assert few.ratio_ci is not None and few.verdict.startswith("undecided") and "at least 5" in few.verdict
+    busy = [dataclasses.replace(r, reliable=False) for r in _runs("local", local) + _runs("remote", local[::-1])]
+    assert compare(busy, {}).verdict.startswith("undecided") and compare(busy, {}).basis.startswith("every")
     crashed = Run("remote", 0, 3, 5.0, None, None, None, None, None, error="kernel failure")
     failed = compare(_runs("local", local) + [crashed], {})
     assert failed.remote.ok == 0 and failed.ratio is None and json.dumps(failed.as_json())

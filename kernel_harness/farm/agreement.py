@@ -7,8 +7,9 @@ band's edge, from too few runs to say which.  This runs N local and N remote
 (``--cluster``) benchmarks of the same build, alternating which goes first in
 each pair (so a drift of the machine's load hits both sides alike), and
 summarises each side by its median and spread, the ratio of the medians with a
-bootstrap 95 % interval, and the wall-clock overhead.  The verdict says
-"within ±5 %" only when the whole interval is inside the band, and
+bootstrap 95 % interval, and the wall-clock overhead.  The verdict rests on
+the runs the benchmark marked reliable (at least :data:`MIN_RUNS` a side) and
+says "within ±5 %" only when the whole interval is inside the band, and
 "outside" only when the whole interval is outside it: anything else is
 "undecided" (more runs, or a quieter machine).
 """
@@ -33,6 +34,8 @@ from ..paths import SCRIPTS_DIR
 
 #: the agreement band of issue 22
 BAND = 0.05
+#: reliable runs a side the verdict needs (fewer: "undecided")
+MIN_RUNS = 5
 #: bootstrap resamples of the ratio of medians (fixed seed: the same runs give the same interval)
 BOOTSTRAP = 2000
 
@@ -77,11 +80,13 @@ class Agreement:
     verdict: str
     overhead_s: float | None
     runs: list[Run] = field(default_factory=list)
+    #: which runs the ratio and its interval come from
+    basis: str = "reliable runs"
 
     def as_json(self) -> dict[str, Any]:
         return {"machine": self.machine, "local": asdict(self.local), "remote": asdict(self.remote),
                 "ratio_remote_over_local": self.ratio, "ratio_ci95": self.ratio_ci, "band": BAND,
-                "verdict": self.verdict, "overhead_s": self.overhead_s, "runs": [asdict(r) for r in self.runs]}
+                "ratio_basis": self.basis, "verdict": self.verdict, "overhead_s": self.overhead_s, "runs": [asdict(r) for r in self.runs]}
 
 
 def summarise(runs: list[Run], side: str) -> SideSummary:
@@ -123,14 +128,30 @@ def verdict(ratio_ci: list[float] | None, band: float = BAND) -> str:
     return f"undecided (the interval crosses the ±{band:.0%} band: more runs or a quieter machine)"
 
 
+def _speedups(runs: list[Run], side: str, reliable_only: bool) -> list[float]:
+    return [r.speedup for r in runs if r.side == side and r.returncode == 0 and r.speedup is not None
+            and (r.reliable or not reliable_only)]
+
+
 def compare(runs: list[Run], machine: dict[str, Any]) -> Agreement:
+    """The comparison; the verdict rests on the runs marked reliable, at least MIN_RUNS a side.
+
+    With fewer, the ratio and interval of every successful run are shown but the verdict is
+    "undecided": a bootstrap of two or three values is no interval, and a run the benchmark
+    itself marked unreliable (a busy machine) is no evidence of agreement or disagreement."""
     local, remote = summarise(runs, "local"), summarise(runs, "remote")
-    speedups = {side: [r.speedup for r in runs if r.side == side and r.returncode == 0 and r.speedup is not None]
-                for side in ("local", "remote")}
-    ratio, ci = ratio_interval(speedups["local"], speedups["remote"])
+    good = {side: _speedups(runs, side, reliable_only=True) for side in ("local", "remote")}
+    enough = min(map(len, good.values())) >= MIN_RUNS
+    if not enough:
+        good = {side: _speedups(runs, side, reliable_only=False) for side in ("local", "remote")}
+    ratio, ci = ratio_interval(good["local"], good["remote"])
+    said = verdict(ci) if enough else (
+        f"undecided ({local.reliable} local and {remote.reliable} remote runs marked reliable; a verdict needs "
+        f"at least {MIN_RUNS} a side: more runs, or a quieter machine)")
     overhead = (round(remote.wall_median_s - local.wall_median_s, 3)
                 if remote.wall_median_s is not None and local.wall_median_s is not None else None)
-    return Agreement(machine, local, remote, ratio, ci, verdict(ci), overhead, runs)
+    return Agreement(machine, local, remote, ratio, ci, said, overhead, runs,
+                     basis="reliable runs" if enough else "every successful run (too few reliable ones)")
 
 
 def run_once(side: str, index: int, command: list[str], timeout: float) -> Run:
