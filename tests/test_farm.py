@@ -148,6 +148,7 @@ def test_the_benchmark_on_a_node_drops_only_rays_thread_cap():
 
 def test_a_farm_node_tells_its_workers_the_operators_thread_setting(monkeypatch, tmp_path):
     """farm node passes the operator's OMP_NUM_THREADS (or "") to `ray start`, whose workers inherit it."""
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
     from kernel_harness.farm import node as node_module
     from kernel_harness.farm.remote import NODE_OMP_ENV
 
@@ -171,6 +172,8 @@ def test_a_farm_node_tells_its_workers_the_operators_thread_setting(monkeypatch,
         with pytest.raises(Started):
             node_module.start_node(head=True, address=None, port=1, node_ip="127.0.0.1")
     assert [env[NODE_OMP_ENV] for env in seen] == ["3", ""]
+    # and runs its workers, which run the benchmark, at its own niceness (Ray's default is 15)
+    assert all(env["RAY_worker_niceness"] == "0" for env in seen)
 
 
 def test_a_node_of_another_harness_or_torch_refuses_before_running_and_exits_2(tmp_path, capsys):
@@ -447,6 +450,8 @@ def test_remote_run_returns_the_local_schema_and_is_matched_with_its_trial(three
     from kernel_harness.farm.identity import local_identity
 
     assert remote_report["remote"]["identity"] == local_identity().as_json()
+    # the benchmark ran at the priority of the process that started the node, not Ray's worker nice 15
+    assert remote_report["remote"]["nice"] == os.nice(0)
     driver_omp = os.environ.get("OMP_NUM_THREADS") or None
     assert remote_report["remote"]["threads"] == {"omp_num_threads": driver_omp,
                                                   "source": "driver" if driver_omp else None}

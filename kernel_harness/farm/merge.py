@@ -30,6 +30,8 @@ def remote_object(outcome: dict[str, Any], *, requested_class: str, node_class: 
         "threads": outcome.get("threads"),
         # the harness version and code hash, torch and variant the node ran (checked equal to the driver's)
         "identity": outcome.get("identity"),
+        # the scheduling priority the benchmark ran at (0, as a local run, unless the node's operator chose)
+        "nice": outcome.get("nice"),
         # the driver's view: submit to result, queueing for the slot and shipping included
         "submitted_at": submitted_at,
         "driver_wall_s": round(driver_wall_s, 3),

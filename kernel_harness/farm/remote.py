@@ -187,7 +187,7 @@ def run_job(job: RemoteJob) -> dict[str, Any]:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return {"status": status, "returncode": proc.returncode, "stdout": stdout, "stderr": stderr,
-            "report": report, "threads": threads.as_json(), "identity": node.as_json(),
+            "report": report, "threads": threads.as_json(), "identity": node.as_json(), "nice": os.nice(0),
             "started_at": started, "finished_at": now(),
             "wall_s": round(time.monotonic() - t0, 3), **node_identity()}
 
