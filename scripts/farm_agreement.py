@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _progress(run: Run) -> None:
     speed = f"{run.speedup:.3f}x" if run.speedup is not None else "-"
     state = "ok" if run.returncode == 0 else f"exit {run.returncode}: {run.error}"
+    if run.node_wall_s is not None:  # where a remote run's time went
+        state += f" (on the node {run.node_wall_s:.1f} s, submit to result {run.driver_wall_s:.1f} s)"
     console.print(f"  {run.side:6} #{run.index + 1}: {speed:>9}  {run.wall_s:7.1f} s  reliable={run.reliable}  "
                   f"threads={run.threads}  load={run.load_average}  {state}", soft_wrap=True)
 

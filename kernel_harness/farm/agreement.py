@@ -55,6 +55,10 @@ class Run:
     load_average: Any
     node: str | None = None
     error: str | None = None
+    #: remote runs: the run on the node, and submit-to-result in the driver (the rest of wall_s is the
+    #: driver's start, its connection to the cluster and its checks)
+    node_wall_s: float | None = None
+    driver_wall_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,8 @@ def run_once(side: str, index: int, command: list[str], timeout: float) -> Run:
     return Run(side=side, index=index, returncode=code, wall_s=wall, speedup=report.get("speedup"),
                speedup_ci=report.get("speedup_ci"), reliable=report.get("reliable"),
                threads=report.get("threads"), load_average=report.get("load_average"),
-               node=remote.get("node"), error=None if code == 0 else (err.strip().splitlines() or ["?"])[-1][:300])
+               node=remote.get("node"), error=None if code == 0 else (err.strip().splitlines() or ["?"])[-1][:300],
+               node_wall_s=remote.get("wall_s"), driver_wall_s=remote.get("driver_wall_s"))
 
 
 def bench_command(baseline: str, kernel_package: str, op: str, extra: list[str]) -> list[str]:
