@@ -270,13 +270,15 @@ def test_agreement_alternates_the_first_side_and_stops_at_a_refused_run(tmp_path
 
     log = tmp_path / "order.txt"
     fake = ("import json, sys; open(%r, 'a').write(sys.argv[1] + ' '); "
-            "json.dump({'speedup': 2.0, 'reliable': True, 'threads': 2, 'remote': {'node': 'n'}} "
+            "json.dump({'speedup': 2.0, 'reliable': True, 'threads': 2, 'remote': {'node': 'n', 'wall_s': 1.5, "
+            "'driver_wall_s': 1.75}} "
             "if sys.argv[1] != 'bad' else {}, open(sys.argv[sys.argv.index('--json') + 1], 'w')); "
             "sys.exit(2 if sys.argv[1] == 'bad' else 0)") % str(log)
     runs = run_pairs([sys.executable, "-c", fake, "L"], [sys.executable, "-c", fake, "R"], 3, 60)
     assert log.read_text().split() == ["L", "R", "R", "L", "L", "R"]
     assert [r.side for r in runs] == ["local", "remote", "remote", "local", "local", "remote"]
     assert all(r.speedup == 2.0 and r.returncode == 0 for r in runs) and runs[1].node == "n"
+    assert (runs[1].node_wall_s, runs[1].driver_wall_s) == (1.5, 1.75)
     with pytest.raises(UsageError, match="remote run refused its input"):
         run_pairs([sys.executable, "-c", fake, "L"], [sys.executable, "-c", fake, "bad"], 3, 60)
     assert log.read_text().split()[6:] == ["L", "bad"]
