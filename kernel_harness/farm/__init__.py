@@ -14,6 +14,8 @@ Modules, one job each:
 * :mod:`.remote` - the task that runs the benchmark on a node;
 * :mod:`.submit` - the driver side of ``benchmark_cpu.py --cluster``;
 * :mod:`.merge` - the returned report: ``remote`` object, file names, exit code.
+* :mod:`.identity` - the harness code, torch and variant a node must share with the driver;
+* :mod:`.agreement` - remote vs local speedup over N runs a side (``scripts/farm_agreement.py``).
 
 Ray is the optional extra ``cluster``; everything else works without it.
 """

@@ -26,6 +26,12 @@ def remote_object(outcome: dict[str, Any], *, requested_class: str, node_class: 
         "started_at": outcome.get("started_at"),
         "finished_at": outcome.get("finished_at"),
         "wall_s": outcome.get("wall_s"),
+        # the node's OMP_NUM_THREADS and who set it (driver, node, or None: the node's default)
+        "threads": outcome.get("threads"),
+        # the harness version and code hash, torch and variant the node ran (checked equal to the driver's)
+        "identity": outcome.get("identity"),
+        # the scheduling priority the benchmark ran at (0, as a local run, unless the node's operator chose)
+        "nice": outcome.get("nice"),
         # the driver's view: submit to result, queueing for the slot and shipping included
         "submitted_at": submitted_at,
         "driver_wall_s": round(driver_wall_s, 3),

@@ -27,6 +27,7 @@ from ..atomic import atomic_write_json
 from ..errors import KernelCrashed, UsageError
 from . import HEAD_COMMAND
 from .classes import NodeInfo, node_info, node_resources
+from .remote import NODE_OMP_ENV
 
 STATE_ENV = "KERNEL_HARNESS_FARM_DIR"
 DEFAULT_PORT = 6379
@@ -34,6 +35,8 @@ DEFAULT_PORT = 6379
 START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 30.0
 READY_LINE = "Ray runtime started"
+#: Ray's setting of its workers' niceness (its default is 15)
+WORKER_NICENESS_ENV = "RAY_worker_niceness"
 
 
 def state_dir() -> Path:
@@ -141,6 +144,12 @@ def start_node(*, head: bool, address: str | None, port: int = DEFAULT_PORT, nod
     directory.mkdir(parents=True, exist_ok=True)
     log = directory / "node.log"
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    # the operator's thread setting, so a worker can tell it from Ray's task cap (remote.benchmark_env)
+    env[NODE_OMP_ENV] = os.environ.get("OMP_NUM_THREADS", "")
+    # Ray runs its workers at nice 15 (so that its own daemons come first); the benchmark runs in a
+    # worker and would inherit it, competing for the CPU at a lower priority than a local run does
+    # (measured: nice 15 in every task). Workers at the node's own niceness, unless the operator says.
+    env.setdefault(WORKER_NICENESS_ENV, "0")
     if _loopback(node_ip):
         if not head:
             raise UsageError("--node-ip-address 127.0.0.1 makes a single-machine farm; only a head can use it "

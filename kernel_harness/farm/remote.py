@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..paths import SCRIPTS_DIR
+from .identity import Identity, differences, local_identity
 
 PR_SET_PDEATHSIG = 1
 
@@ -51,6 +52,11 @@ class RemoteJob:
     #: --against DIR: that kernel directory packed like the package (same variant), or None
     against_tar: bytes | None = None
     against_name: str = "against"
+    #: the driver's OMP_NUM_THREADS, applied on the node (see benchmark_env), or None
+    driver_omp: str | None = None
+    #: the driver's harness, torch and the package's variant (identity.Identity.as_json()); the node
+    #: refuses to run when its own differ (None: not checked, for callers outside the driver)
+    expected: dict[str, str] | None = None
 
 
 def now() -> str:
@@ -59,13 +65,17 @@ def now() -> str:
 
 def node_identity() -> dict[str, str]:
     """The node as reports name it: hostname, IP and Ray node id."""
+    node_id, ip = "local", "127.0.0.1"  # outside a Ray worker (tests call run_job directly)
     try:
         import ray  # noqa: PLC0415
 
-        node_id = ray.get_runtime_context().get_node_id()
-        ip = ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 - outside a worker (tests call run_job directly)
-        node_id, ip = "local", "127.0.0.1"
+        # only inside a connected worker: get_runtime_context() in a plain process would make Ray
+        # auto-connect to whatever cluster /tmp/ray names (and wait for it, if it is gone)
+        if ray.is_initialized():
+            node_id = ray.get_runtime_context().get_node_id()
+            ip = ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - no Ray, or not connected: the local names above
+        pass
     return {"node": socket.gethostname(), "node_ip": ip, "node_id": node_id}
 
 
@@ -92,24 +102,68 @@ def unpack(job: RemoteJob, workdir: Path) -> tuple[Path, Path]:
     return package, baseline_dir / job.baseline_name
 
 
-def benchmark_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of the benchmark on the node, without the thread cap Ray gives tasks.
+#: Set by ``farm node`` in the environment of ``ray start`` (so every worker inherits it): the
+#: ``OMP_NUM_THREADS`` the operator started the node with, "" when unset.  Ray sets the variable
+#: for a task only when it is unset (``set_omp_num_threads_if_unset``), so with this marker a
+#: worker can tell the operator's value from Ray's cap.
+NODE_OMP_ENV = "KERNEL_HARNESS_NODE_OMP_NUM_THREADS"
+#: What Ray sets for a task that asks for fewer than one CPU (ours ask for none): ``max(floor(0), 1)``.
+RAY_TASK_CAP = "1"
 
-    Ray's workers run with ``OMP_NUM_THREADS`` set (1 for a task that asks for no
-    CPUs, as ours do so that the slot, not Ray's CPU count, serialises benchmarks);
-    the benchmark takes its default thread count from torch, so every remote run
-    timed one thread where a local run times every core (measured: "1 thread(s)" in
-    each remote JSON). Without the variable the node's benchmark picks its threads
-    as a local run there does; ``--threads N`` (forwarded) chooses explicitly.
+
+@dataclass(frozen=True)
+class Threads:
+    """Where the node's ``OMP_NUM_THREADS`` came from: ``driver``, ``node`` (its operator), or None."""
+
+    value: str | None
+    source: str | None
+
+    def as_json(self) -> dict[str, str | None]:
+        return {"omp_num_threads": self.value, "source": self.source}
+
+
+def benchmark_env(environ: dict[str, str] | None = None,
+                  driver_omp: str | None = None) -> tuple[dict[str, str], Threads]:
+    """The environment of the benchmark on the node: every thread setting but Ray's task cap.
+
+    Ray's workers run tasks with ``OMP_NUM_THREADS`` set (1 for a task that asks for no
+    CPUs, as ours do so that the slot, not Ray's CPU count, serialises benchmarks) when the
+    node's environment leaves it unset; the benchmark takes its default thread count from
+    torch, so every remote run timed one thread where a local run times every core
+    (measured: "1 thread(s)" in each remote JSON).  So, first match wins:
+
+    1. the driver's own ``OMP_NUM_THREADS`` (``driver_omp``): the caller asked for it, as a
+       local run with that environment would time it;
+    2. the value the node's operator started ``farm node`` with (recorded in
+       :data:`NODE_OMP_ENV`; Ray never overrides a set value);
+    3. otherwise the variable is removed, so the node picks its threads as a local run there
+       does.  A node started without ``farm node`` (no marker) keeps any value but Ray's cap.
+
+    ``--threads N`` (forwarded) sets the timing workers' threads explicitly on top of this.
     """
     env = dict(os.environ if environ is None else environ)
-    env.pop("OMP_NUM_THREADS", None)
-    return env
+    current = env.pop("OMP_NUM_THREADS", None)
+    if driver_omp:
+        env["OMP_NUM_THREADS"] = driver_omp
+        return env, Threads(driver_omp, "driver")
+    marker = env.get(NODE_OMP_ENV)
+    operator = marker if marker is not None else (current if current != RAY_TASK_CAP else None)
+    if operator:
+        env["OMP_NUM_THREADS"] = operator
+        return env, Threads(operator, "node")
+    return env, Threads(None, None)
 
 
 def run_job(job: RemoteJob) -> dict[str, Any]:
     """Run the benchmark here; the outcome with the node's stamps (never raises for a bad run)."""
     started, t0 = now(), time.monotonic()
+    node = local_identity()
+    if job.expected is not None:
+        driver = Identity(**job.expected)
+        if differences(driver, node):  # not the same benchmark: refuse before anything runs
+            return {"status": "mismatch", "driver_identity": driver.as_json(), "node_identity": node.as_json(),
+                    "started_at": started, "finished_at": now(), "wall_s": round(time.monotonic() - t0, 3),
+                    **node_identity()}
     workdir = Path(tempfile.mkdtemp(prefix="kh-farm-"))
     try:
         package, baseline = unpack(job, workdir)
@@ -118,9 +172,10 @@ def run_job(job: RemoteJob) -> dict[str, Any]:
                "--kernel-package", str(package), *job.bench_args, "--json", str(report_path)]
         if job.against_tar is not None:
             cmd += ["--against", str(_extract(job.against_tar, workdir / "against" / job.against_name))]
+        env, threads = benchmark_env(driver_omp=job.driver_omp)
         proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True, preexec_fn=_die_with_parent,
-                                env=benchmark_env())
+                                env=env)
         try:
             stdout, stderr = proc.communicate(timeout=job.job_timeout)
             status = "done"
@@ -132,7 +187,8 @@ def run_job(job: RemoteJob) -> dict[str, Any]:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return {"status": status, "returncode": proc.returncode, "stdout": stdout, "stderr": stderr,
-            "report": report, "started_at": started, "finished_at": now(),
+            "report": report, "threads": threads.as_json(), "identity": node.as_json(), "nice": os.nice(0),
+            "started_at": started, "finished_at": now(),
             "wall_s": round(time.monotonic() - t0, 3), **node_identity()}
 
 

@@ -2,7 +2,10 @@
 
 Everything that can be checked before a slot is taken is checked at once
 (exit 2): Ray installed, a cluster at the address, a node with the asked
-class, a node whose torch loads the package's build variant.  A job then waits
+class, a node whose torch loads the package's build variant.  On the node,
+before anything runs, the harness version and code, torch version and
+variant are compared with the driver's (:mod:`.identity`): a difference is
+exit 2 naming both sides.  A job then waits
 in Ray's queue for the slot (unbounded: that is the point of one slot per
 node); once it started on a node, a node failure or ``--job-timeout`` is
 exit 3 naming the node, and nothing is written.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import re
 import tarfile
 import time
@@ -25,6 +29,7 @@ from ..cli import console, err_console, write_json_report
 from ..errors import UsageError
 from . import HEAD_COMMAND
 from .classes import CLASS_PREFIX, CLASSES, ISA_PREFIX, SELECT, SLOT, VARIANT_PREFIX, NodeInfo
+from .identity import Identity, local_identity, mismatch_message
 from .merge import class_json_path, merged_report, overall_exit, remote_object
 from .node import cluster_nodes, connect
 from .remote import RemoteJob, benchmark_on_node, now
@@ -251,6 +256,11 @@ def finish(outcome: dict[str, Any], nodes: dict[str, NodeInfo], requested: str, 
                           f"{why}. Nothing was recorded; check the node (`python -m kernel_harness.farm status`) "
                           "and rerun.", soft_wrap=True)
         return 3
+    if outcome["status"] == "mismatch":
+        message = mismatch_message(Identity(**outcome["driver_identity"]), Identity(**outcome["node_identity"]),
+                                   _node_name(outcome))
+        err_console.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True)
+        return 2
     if outcome.get("stdout"):
         console.print(f"[bold]--- remote run ({label}) on node {_node_name(outcome)} ---[/bold]")
         console.out(outcome["stdout"].rstrip())
@@ -297,9 +307,14 @@ def run_remote(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         jobs = [RemoteJob(pack(directory, t.variant), directory.name, baseline.name, shipped,
                           bench_args, args.job_timeout, t.label,
                           against_tar=pack(against[0], t.variant) if against else None,
-                          against_name=against[0].name if against else "against") for t in targets]
+                          against_name=against[0].name if against else "against",
+                          driver_omp=os.environ.get("OMP_NUM_THREADS") or None,
+                          expected=local_identity(t.variant).as_json()) for t in targets]
         console.print(f"[dim]farm: submitting {len(jobs)} job(s) ({', '.join(t.label for t in targets)}); "
                       "each waits for a free bench slot[/dim]")
+        if jobs and jobs[0].driver_omp:
+            console.print(f"[dim]farm: OMP_NUM_THREADS={jobs[0].driver_omp} of this shell applies on the node, "
+                          "as it would locally[/dim]")
         with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
             outcomes = list(pool.map(lambda tj: follow(ray, tj[0], tj[1], args.job_timeout), zip(targets, jobs)))
         codes = []
