@@ -71,6 +71,13 @@ CATALOGUE: dict[str, OpSpec] = {
         OpSpec("gelu_and_mul", "elementwise", "gelu_and_mul(x, out=None)", "gelu_and_mul.op", 1),
         OpSpec("softmax", "reduction", "softmax(x, out=None)", "softmax.op", 1),
         OpSpec("layer_norm", "reduction", "layer_norm(x, weight, bias, eps=1e-5, out=None)", "layer_norm.op", 1),
+        OpSpec(
+            "decode_attention",
+            "attention",
+            "decode_attention(q, k_cache, v_cache, scale, out=None)",
+            "decode_attention.op",
+            1,
+        ),
     )
 }
 
