@@ -288,3 +288,16 @@ def test_simd_bodies_match_the_float64_reference_bit_for_bit(tmp_path, tier):
     for q, k, v, scale in sets:
         assert_matches(_call_body(lib, q, k, v, scale), reference(q, k, v, scale),
                        f"{tier} body {q.dtype} k {tuple(k.shape)}")
+
+
+def test_analyze_op_gives_decode_advice(script, tmp_path):
+    """analyze_op.py on the example baseline: the attention kind with the decode steps and references."""
+    run = script("analyze_op", "--op", "decode_attention", "--file", EXAMPLE / "baseline.py",
+                 "--json", tmp_path / "a.json", cwd=tmp_path, timeout=600)
+    assert run.returncode == 0, run.stderr
+    report = json.loads((tmp_path / "a.json").read_text())
+    assert report["kind"] == "attention" and report["strategy"]["gemm"] is None
+    steps = " ".join(report["strategy"]["steps"])
+    assert "new_kernel.py --op decode_attention" in steps and "grouped-query" in steps
+    assert {"online-softmax-merge", "bf16-correct-rounding"} <= set(report["references"])
+    assert "(batch, kv head)" in report["strategy"]["threading"]["axis"]

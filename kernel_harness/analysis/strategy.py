@@ -27,7 +27,7 @@ KNOWN_REFERENCE_IDS: frozenset[str] = frozenset(
         "shared-openmp-runtime", "avx512-bf16-dot", "bf16-accumulate-fp32", "fp16-accumulate-fp32",
         "amx-tile-config", "amx-linux-permission", "cpublas-brgemm", "vnni-packing",
         "int8-dequant-gemm", "int4-dequant-gemm", "level-vectorize", "level-threading",
-        "level-memory-traffic", "level-fusion", "level-algorithm",
+        "level-memory-traffic", "level-fusion", "level-algorithm", "online-softmax-merge", "bf16-correct-rounding",
     }
 )
 
@@ -200,6 +200,24 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
                  "omp-row-parallel", "level-fusion", "level-algorithm"]
         if attn_path == "amx-brgemm":
             refs += ["amx-tile-config", "amx-linux-permission", "vnni-packing"]
+        if "decode" in lowered or gemm_m == 1:
+            # One query per sequence: no GEMM left, the KV cache streams once (the catalogue op).
+            threading = _threading(machine, None, "(batch, kv head); split the keys into chunks when there are "
+                                                   "fewer pairs than threads, merged by log-sum-exp")
+            gemm = None
+            steps = [
+                "decode (one query per sequence): the KV cache is read once, so the floor is cache bytes / read "
+                "bandwidth; start from the catalogue op: new_kernel.py --op decode_attention",
+                "serve the H / H_kv query heads of a kv head together (grouped-query): each K and V row read once",
+                "one pass of online softmax per key block: running max, running sum, the D-value accumulator "
+                "rescaled only when the max grows",
+                "fewer (batch, kv head) pairs than threads: split the keys, merge (max, sum, acc) exactly",
+                "bf16 outputs are judged to half an ulp of a float64 reference: accumulate in double (the catalogue "
+                "op), or in fp32 with a proven error bound and exact fix-ups of near-tie outputs",
+            ]
+            refs = [r for r in refs if r not in ("cpublas-brgemm", "amx-tile-config", "amx-linux-permission",
+                                                 "vnni-packing", "cache-blocking")]
+            refs += ["online-softmax-merge", "bf16-correct-rounding"]
     refs.append("shared-openmp-runtime")
     return {
         "vector": vector,
