@@ -270,7 +270,7 @@ def _call_body(lib, q, k, v, scale):
     ks = (ctypes.c_int64 * 3)(*k.stride()[:3])
     vs = (ctypes.c_int64 * 3)(*v.stride()[:3])
     ptr = lambda t: ctypes.c_void_p(t.data_ptr())  # noqa: E731
-    dt = {torch.float32: 0, torch.bfloat16: 1}[q.dtype]
+    dt = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[q.dtype]
     lib.run(dt, ptr(out), ptr(q), ptr(k), ptr(v), *[ctypes.c_int64(n) for n in (B, H, k.shape[1], k.shape[2], D)],
             ks, vs, ctypes.c_double(scale))
     return out
@@ -280,10 +280,11 @@ def _call_body(lib, q, k, v, scale):
 @pytest.mark.parametrize("tier", ["avx2", "avx512"])
 def test_simd_bodies_match_the_float64_reference_bit_for_bit(tmp_path, tier):
     """Each SIMD body on every shape and the example's correctness sets (including the split-keys
-    path: ctypes runs the body with OpenMP's default of one thread per core), both dtypes.
+    path: ctypes runs the body with OpenMP's default of one thread per core), fp32, bf16 and fp16.
     The AVX512 body uses no AVX512-BF16 instruction, so it runs wherever AVX512 F/BW/VL/DQ does."""
     lib = _compile_body(tmp_path, tier)
-    sets = [case(shape, dtype, seed=i) for i, shape in enumerate(SHAPES) for dtype in DTYPES.values()]
+    dtypes = (*DTYPES.values(), torch.float16)  # the package accepts fp16 too (new_kernel.py's default --dtypes)
+    sets = [case(shape, dtype, seed=i) for i, shape in enumerate(SHAPES) for dtype in dtypes]
     sets += BASE.get_correctness_inputs()
     for q, k, v, scale in sets:
         assert_matches(_call_body(lib, q, k, v, scale), reference(q, k, v, scale),
