@@ -73,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         evidence.add_row(e["tier"], "yes" if e["executed"] else "no",
                          {True: "yes", False: "[red]no[/]", None: "-"}[e["correct"]], escape(e["cpu"]), detail)
     console.print(evidence)
+    hashes = data["unit_hashes"]
+    for note in hashes["notes"] + ([f"no unit hashes: {hashes['reason']}"] if hashes["reason"] else []):
+        console.print(f"note: {escape(note)}", soft_wrap=True)
     write_json_report(args.json, data)
     return report.exit_code
 

@@ -50,6 +50,8 @@ def _builder_fingerprint() -> list[Path]:
     build_pkg = PROJECT_ROOT / "kernel_harness" / "build"
     if build_pkg.is_dir():
         files.extend(sorted(build_pkg.glob("*.py")))
+    # the builder embeds the tier unit hashes this module computes (tier_units.json)
+    files.append(PROJECT_ROOT / "kernel_harness" / "portability" / "units.py")
     return [f for f in files if f.is_file()]
 
 

@@ -134,6 +134,33 @@ def test_choose_limits_picks_the_strategy_peak() -> None:
     assert choose_limits(profile, kind="gemm", dtype="fp32", m=64).peak_source == "fp32_fma_avx512"
 
 
+def test_choose_limits_holds_a_kernel_to_the_peak_of_the_tier_it_runs() -> None:
+    """An AVX2 unit on an AVX512 machine cannot reach the AVX512 or BF16-dot peak: its
+    roofline uses the AVX2 FMA peak (bf16 is widened to fp32 there)."""
+    profile = fake_profile()
+    for kind, dtype, m in (("reduction", "bf16", None), ("gemm", "bf16", 1), ("gemm", "bf16", 64),
+                           ("attention", "bf16", 1), ("gemm", "fp32", 64)):
+        avx2 = choose_limits(profile, kind=kind, dtype=dtype, m=m, tier="avx2")
+        assert avx2.peak_source == "fp32_fma_avx2"
+        assert avx2.peak_gflops == profile.peak_gflops("fp32_fma_avx2")
+        assert avx2.peak_gflops < choose_limits(profile, kind=kind, dtype=dtype, m=m, tier="avx512").peak_gflops
+    # the generic tier is ATen/oneDNN: the widest instructions the CPU has
+    assert choose_limits(profile, kind="gemm", dtype="bf16", m=64, tier="generic").peak_source == "amx_bf16"
+
+
+def test_analysis_roofline_uses_the_tier_the_dispatcher_runs_here() -> None:
+    """Without AVX512-BF16 the generated dispatcher runs the AVX2 unit (Ice Lake):
+    the analysis's roofline must use that tier's peak."""
+    from dataclasses import replace
+
+    full = fake_profile()
+    ice_lake = replace(full, flags=tuple(f for f in full.flags if f not in ("avx512_bf16", "amx_bf16", "amx_tile")))
+    report = analyze_op("rms_norm", shapes=[(1024, 4096)], dtype="bf16", baseline=None, machine=ice_lake)
+    assert report["shapes"][0]["roofline"]["peak_source"] == "fp32_fma_avx2"
+    report = analyze_op("rms_norm", shapes=[(1024, 4096)], dtype="bf16", baseline=None, machine=full)
+    assert report["shapes"][0]["roofline"]["peak_source"] == "fp32_fma_avx512"
+
+
 def test_analyze_by_name_report(tmp_path: Path) -> None:
     report = analyze_op("rms_norm", shapes=[(1024, 4096), (64, 8192 * 1024)], dtype="bf16", baseline=None,
                         machine=fake_profile())
@@ -177,6 +204,33 @@ def test_gemm_path_by_m(dtype: str, m: int, amx: bool, path: str) -> None:
         assert {"amx-tile-config", "amx-linux-permission", "vnni-packing"} <= set(strategy["references"])
     if path == "avx512-bf16-dot":
         assert "avx512-bf16-dot" in strategy["references"]
+
+
+def test_gemm_advice_follows_the_tier_and_streams_the_weight_at_decode_sizes() -> None:
+    """Ice Lake (AVX512F, no AVX512-BF16): the generated dispatcher runs the AVX2 unit,
+    so the GEMM path is the AVX2 FMA one with bf16 widening; at M <= 8 the advice is to
+    stream the weight (bandwidth-bound), at large M to block registers."""
+    full = fake_profile()
+    ice_lake = fake_profile(flags=tuple(f for f in full.flags if f not in ("avx512_bf16",)
+                                        and not f.startswith("amx")))
+    decode = simd_strategy("gemm", "gemm", "bf16", ice_lake, gemm_m=1, name="linear")["gemm"]
+    assert decode["path"] == "avx2-fma"
+    assert "stream it once" in decode["why"] and "widen bf16 to fp32" in decode["why"]
+    assert "bf16-widen-fma-avx2" in simd_strategy("gemm", "gemm", "bf16", ice_lake, gemm_m=1,
+                                                  name="linear")["references"]
+    large = simd_strategy("gemm", "gemm", "fp32", ice_lake, gemm_m=1024, name="linear")["gemm"]
+    assert large["path"] == "avx2-fma" and "stream" not in large["why"] and "register-blocked" in large["why"]
+
+
+def test_decode_attention_advice() -> None:
+    """One query token per sequence: one pass over the KV cache, GQA groups served together,
+    split-S merge when there are fewer (batch, kv head) pairs than threads."""
+    strategy = simd_strategy("attention", "attention", "bf16", fake_profile(), gemm_m=1, name="decode_attention")
+    text = " ".join(strategy["steps"])
+    assert "online softmax" in text and "grouped-query" in text and "split S" in text
+    assert strategy["gemm"]["path"] != "amx-brgemm"  # one query row would leave AMX tiles empty
+    prefill = simd_strategy("attention", "attention", "bf16", fake_profile(), gemm_m=512, name="attention")
+    assert "flash-attention" in " ".join(prefill["steps"])
 
 
 def test_avx2_only_machine_gets_256_bit_advice() -> None:

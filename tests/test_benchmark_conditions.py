@@ -175,6 +175,21 @@ def test_against_a_build_that_cannot_load_is_exit_3(tmp_path):
     assert report["crash"]["role"] == "against"
 
 
+def test_against_times_both_builds_in_workers_of_the_same_history(tmp_path):
+    """The candidate's checked worker also ran the ATen trace; the other build's did
+    not. A kernel whose speed depends on that history (bk_history: 5x slower once
+    traced) must still read the same as itself: both builds are timed by fresh workers.
+    The effect is made large so that even a busy machine (which moved an identical
+    build by at most ~15 % here under OMP_WAIT_POLICY=PASSIVE) cannot hide it."""
+    code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_history", "--op", "bk_history.rms_norm",
+                             "--against", "bk_history", "--rounds", "6", "--calls", "10")
+    assert code == 0, report["failures"]
+    vs = report["vs_against"]
+    # timed by the traced worker, the candidate read ~0.2x of itself, called "slower"
+    assert 0.5 <= vs["ratio"] <= 2.0, (vs, report["conditions"])
+    assert vs["verdict"] != "slower" or not report["reliable"], (vs, report["conditions"])
+
+
 @pytest.mark.slow
 def test_an_identical_build_against_itself(tmp_path, request):
     """The shared catalogue build, compared with itself: two processes load the same

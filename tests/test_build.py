@@ -66,11 +66,19 @@ def test_layout_metadata_and_ops_module(built: tuple[Path, dict]) -> None:
     assert Path(report["variant_dir"]) == variant
     ext = report["ext_name"]
     assert re.fullmatch(r"_kh_scale_cpu_[0-9a-f]{10}", ext)
-    assert sorted(p.name for p in variant.iterdir()) == sorted(["__init__.py", "_ops.py", "metadata.json", f"{ext}.abi3.so"])
+    assert sorted(p.name for p in variant.iterdir()) == sorted(
+        ["__init__.py", "_ops.py", "metadata.json", "tier_units.json", f"{ext}.abi3.so"])
     metadata = json.loads((variant / "metadata.json").read_text())
     digest = metadata.pop("digest")  # kernels-data's digest of every other file (tests below check it verifies)
     assert digest["algorithm"] == "sha256"
-    assert sorted(digest["files"]) == sorted(["__init__.py", "_ops.py", f"{ext}.abi3.so"])
+    assert sorted(digest["files"]) == sorted(["__init__.py", "_ops.py", "tier_units.json", f"{ext}.abi3.so"])
+    # issue 24: each tier's unit hash as compiled, so evidence of the installed package names its units
+    from kernel_harness.portability import declared_units
+
+    units = json.loads((variant / "tier_units.json").read_text())
+    assert units["id"] == ext
+    assert units["tiers"] == [u.to_dict() for u in declared_units(root)]
+    assert [t["tier"] for t in units["tiers"]] == ["generic", "avx2", "avx512"]
     assert metadata == {
         "name": "kh-scale", "id": ext, "version": 1, "license": "apache-2.0",
         "python-depends": [], "backend": {"type": "cpu"},
@@ -134,7 +142,8 @@ def test_wheel_installs_as_importable_package(built: tuple[Path, dict], tmp_path
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/RECORD"))
-        assert {f"{dist_info}/METADATA", f"{dist_info}/WHEEL", "kh_scale/__init__.py", "kh_scale/_ops.py"} <= names
+        assert {f"{dist_info}/METADATA", f"{dist_info}/WHEEL", "kh_scale/__init__.py", "kh_scale/_ops.py",
+                "kh_scale/tier_units.json"} <= names
         record = archive.read(f"{dist_info}/RECORD").decode()
         import base64, hashlib
         for row in record.strip().splitlines():

@@ -4,7 +4,9 @@ The QEMU tests run the catalogue rms_norm kernel under ``qemu-x86_64 -cpu
 Haswell`` (AVX2, no AVX512) and ``-cpu Nehalem`` (no AVX) through
 ``scripts/check_portability.py``: ONE emulated run per CPU model for the whole
 module (the emulated ``import torch`` alone takes ~35 s), shared by a module
-fixture; both models run side by side. They skip with the reason when
+fixture; both models run side by side, Haswell on the kernel directory and
+Nehalem on the same build installed from its wheel (so the installed-package
+form is proven at no extra emulation time). They skip with the reason when
 ``qemu-x86_64`` is not installed (Debian's ``qemu-user``,
 ``tools/install_system_packages.sh``).
 """
@@ -12,13 +14,16 @@ fixture; both models run side by side. They skip with the reason when
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import run_script
+from conftest import SCRIPTS, run_script
 
 from kernel_harness.portability import bench_tier_evidence, declared_units, tier_of_flags, unrun_tiers_note
 from kernel_harness.portability.emulate import EmulatedRun, judge, qemu_binary, run_emulated
@@ -117,12 +122,27 @@ def test_bench_evidence_after_a_crash_executes_nothing(scaffolded):
     assert all("crashed" in e["reason"] for e in evidence)
 
 
-def test_bench_evidence_for_an_installed_package_has_no_hash_and_says_why(monkeypatch):
+def test_bench_evidence_for_a_package_without_sources_or_build_record_has_no_hash_and_says_why(monkeypatch):
     monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", AVX2_ONLY_FLAGS)
     evidence = bench_tier_evidence(_bench("some_installed_kernel", "avx2"), {"failures": []})
     by_tier = {e["tier"]: e for e in evidence}
     assert by_tier["avx2"]["executed"] and by_tier["avx2"]["source_hash"] is None
-    assert "installed package" in by_tier["avx2"]["source_hash_reason"]
+    assert by_tier["avx2"]["source_hash_from"] is None
+    reason = by_tier["avx2"]["source_hash_reason"]
+    assert "installed package" in reason and "not found" in reason and "rebuild and reinstall" in reason
+
+
+def test_a_build_without_the_unit_record_falls_back_to_the_sources_and_says_so(scaffolded, tmp_path):
+    from kernel_harness.portability.resolve import resolve_units
+
+    kernel = tmp_path / "tnorm"
+    shutil.copytree(scaffolded, kernel)
+    variant = kernel / "build" / "torch213-cxx11-cpu-x86_64-linux"
+    variant.mkdir(parents=True)  # a build made before tier_units.json existed
+    (variant / "metadata.json").write_text(json.dumps({"id": "_tnorm_cpu_0123456789"}))
+    known = resolve_units(str(kernel), "_tnorm_cpu_0123456789")
+    assert known.origin == "sources" and known.units == declared_units(kernel)
+    assert "records no unit hashes" in known.notes[0] and "could not be checked" in known.notes[0]
 
 
 # ----------------------------------------------------------------------------- QEMU
@@ -154,24 +174,53 @@ def test_an_avx512_instruction_under_emulated_haswell_is_a_sigill_crash_naming_t
 
 
 @pytest.fixture(scope="module")
-def emulated(catalogue_kernel_dir: Path, tmp_path_factory):
-    """check_portability.py on the catalogue rms_norm, Haswell and Nehalem side by side (once)."""
+def installed_catalogue(catalogue_kernel_dir: Path, tmp_path_factory) -> Path:
+    """The catalogue build's wheel installed (pip --target) into a directory for PYTHONPATH:
+    the installed-package form, with no sources anywhere near it."""
+    (wheel,) = (catalogue_kernel_dir / "dist").glob("*.whl")
+    target = tmp_path_factory.mktemp("site")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", str(wheel), "--no-deps", "--target", str(target),
+                          "-q"], capture_output=True, text=True, timeout=300)
+    assert pip.returncode == 0, pip.stderr
+    assert not (target / "harness_catalogue" / "build.toml").exists()
+    return target
+
+
+def _installed_env(site: Path) -> dict[str, str]:
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+
+
+@pytest.fixture(scope="module")
+def emulated(catalogue_kernel_dir: Path, installed_catalogue: Path, tmp_path_factory):
+    """check_portability.py on the catalogue rms_norm, run once per model, side by side: Haswell on
+    the kernel directory, Nehalem on the same build installed as the package harness_catalogue."""
     if qemu_binary() is None:
         pytest.skip("qemu-x86_64 is not installed (Debian package qemu-user)")
-    out = tmp_path_factory.mktemp("qemu") / "portability.json"
-    proc = run_script("check_portability", catalogue_kernel_dir, "--baseline", RMS_BASELINE,
-                  "--op", "harness_catalogue.rms_norm", "--cpu", "all", "--seed", "7",
-                  "--json", out, cwd=tmp_path_factory.mktemp("cwd"), timeout=1800)
-    data = json.loads(out.read_text()) if out.is_file() else None
-    return SimpleNamespace(proc=proc, data=data, runs={r["cpu"]: r for r in (data or {}).get("runs", [])},
-                           kernel_dir=catalogue_kernel_dir)
+    jobs = {"haswell": (str(catalogue_kernel_dir), {}),
+            "nehalem": ("harness_catalogue", _installed_env(installed_catalogue))}
+    procs, outs = {}, {}
+    for cpu, (spec, env) in jobs.items():
+        outs[cpu] = tmp_path_factory.mktemp("qemu") / "portability.json"
+        procs[cpu] = subprocess.Popen(
+            [sys.executable, str(SCRIPTS / "check_portability.py"), spec, "--baseline", str(RMS_BASELINE),
+             "--op", "harness_catalogue.rms_norm", "--cpu", cpu, "--seed", "7", "--json", str(outs[cpu])],
+            cwd=tmp_path_factory.mktemp("cwd"), env={**os.environ, **env}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+    runs = {}
+    for cpu, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=1800)
+        data = json.loads(outs[cpu].read_text()) if outs[cpu].is_file() else None
+        runs[cpu] = SimpleNamespace(returncode=proc.returncode, stdout=stdout, stderr=stderr, data=data,
+                                    run=((data or {}).get("runs") or [None])[0])
+    return SimpleNamespace(runs=runs, kernel_dir=catalogue_kernel_dir)
 
 
 @pytest.mark.slow
 @needs_qemu
 def test_emulated_haswell_dispatches_avx2_and_is_correct(emulated):
-    assert emulated.proc.returncode == 0, emulated.proc.stdout + emulated.proc.stderr
-    run = emulated.runs["haswell"]
+    haswell = emulated.runs["haswell"]
+    assert haswell.returncode == 0, haswell.stdout + haswell.stderr
+    run = haswell.run
     assert run["torch_capability"] == "AVX2"
     assert run["available_tiers"] == ["generic", "avx2"] == run["expected_tiers"]
     headline = run["dispatch"][0]
@@ -185,30 +234,40 @@ def test_emulated_haswell_dispatches_avx2_and_is_correct(emulated):
 
 @pytest.mark.slow
 @needs_qemu
-def test_emulated_nehalem_runs_the_generic_tier_only(emulated):
-    run = emulated.runs["nehalem"]
+def test_emulated_nehalem_runs_the_installed_package_on_the_generic_tier_only(emulated, installed_catalogue):
+    nehalem = emulated.runs["nehalem"]
+    assert nehalem.returncode == 0, nehalem.stdout + nehalem.stderr
+    run = nehalem.run
     assert run["ok"], run
     assert run["torch_capability"] == "DEFAULT"
-    assert run["available_tiers"] == ["generic"]
+    # the declared tiers come from the installed build's record: it must offer exactly generic here
+    assert run["available_tiers"] == ["generic"] == run["expected_tiers"]
     assert {d["tier"] for d in run["dispatch"]} == {"generic"}
     assert all(c["correct"] for c in run["checks"])
+    assert nehalem.data["kernel_package"] == "harness_catalogue"
+    assert nehalem.data["unit_hashes"]["origin"] == "build"
+    assert nehalem.data["unit_hashes"]["variant"] == str(installed_catalogue / "harness_catalogue")
+    assert "note: unit hashes from the build's tier_units.json (installed package" in " ".join(nehalem.stdout.split())
 
 
 @pytest.mark.slow
 @needs_qemu
 def test_emulated_runs_are_tier_evidence_with_the_unit_hashes(emulated):
     hashes = {u.tier: u.source_hash for u in declared_units(emulated.kernel_dir)}
-    evidence = emulated.data["tier_evidence"]
-    ran = {(e["tier"], e["cpu"]) for e in evidence if e["executed"]}
-    assert ran == {("generic", "QEMU Haswell (emulated)"), ("avx2", "QEMU Haswell (emulated)"),
-                   ("generic", "QEMU Nehalem (emulated)")}
-    for e in evidence:
-        assert e["emulated"] is True and e["source_hash"] == hashes[e["tier"]]
-        if e["executed"]:
-            assert e["correct"] is True and e["reason"] is None
-    (avx512,) = [e for e in evidence if e["tier"] == "avx512"]
-    assert not avx512["executed"] and avx512["reason"] == NO_AVX512_REASON
-    assert "tier evidence (emulated)" in emulated.proc.stdout
+    for cpu, label, ran_tiers in (("haswell", "QEMU Haswell (emulated)", {"generic", "avx2"}),
+                                  ("nehalem", "QEMU Nehalem (emulated)", {"generic"})):
+        evidence = emulated.runs[cpu].data["tier_evidence"]
+        assert {(e["tier"], e["cpu"]) for e in evidence if e["executed"]} == {(t, label) for t in ran_tiers}
+        # the directory's and the installed package's evidence name the same units: the
+        # installed build's hashes come from its tier_units.json, the sources are not there
+        for e in evidence:
+            assert e["emulated"] is True and e["source_hash"] == hashes[e["tier"]], (cpu, e)
+            assert e["source_hash_from"] == "build" and "stale_build" not in e
+            if e["executed"]:
+                assert e["correct"] is True and e["reason"] is None
+        (avx512,) = [e for e in evidence if e["tier"] == "avx512"]
+        assert not avx512["executed"] and avx512["reason"] == NO_AVX512_REASON
+        assert "tier evidence (emulated)" in emulated.runs[cpu].stdout
 
 
 def test_check_portability_refuses_a_wrong_op_package_before_emulating(scaffolded, script, tmp_path):
@@ -258,6 +317,83 @@ def test_benchmark_tier_all_on_an_avx2_host_records_evidence_and_names_the_unrun
     assert "this CPU lacks avx512" in evidence["avx512"]["reason"]
     # the human report says which declared tier it could not run, and why
     assert "declared tiers not executed in this run: avx512 (this CPU lacks avx512" in " ".join(proc.stdout.split())
+
+
+def _bench_one_tier(spec, baseline_dir: Path, *, env: dict | None = None):
+    """benchmark_cpu.py on the widest tier this CPU runs, as small as a run can be."""
+    from kernel_harness.portability.host import widest_tier
+
+    tier = widest_tier()
+    baseline = baseline_dir / "baseline.py"
+    baseline.write_text(_SMALL_RMS_BASELINE)
+    out = baseline_dir / "bench.json"
+    proc = run_script("benchmark_cpu", baseline, "--kernel-package", spec, "--op", "harness_catalogue.rms_norm",
+                      "--tier", tier, "--rounds", "3", "--calls", "3", "--json", out, cwd=baseline_dir, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    return tier, {e["tier"]: e for e in report["tier_evidence"]}, proc
+
+
+@pytest.mark.slow
+def test_benchmark_of_the_installed_package_records_the_unit_hashes_its_build_embedded(
+        catalogue_kernel_dir, installed_catalogue, tmp_path):
+    tier, evidence, _ = _bench_one_tier("harness_catalogue", tmp_path, env=_installed_env(installed_catalogue))
+    hashes = {u.tier: u.source_hash for u in declared_units(catalogue_kernel_dir)}
+    assert set(evidence) == set(hashes)
+    for name, entry in evidence.items():
+        # the package has no sources: the hashes are the build's own record, equal to the sources'
+        assert entry["source_hash"] == hashes[name] and entry["source_hash_from"] == "build", entry
+        assert "source_hash_reason" not in entry and "stale_build" not in entry
+        assert entry["section"] == f"harness_catalogue_cpu{'' if name == 'generic' else '_' + name}"
+    assert evidence[tier]["executed"] and evidence[tier]["correct"] is True
+
+
+@pytest.mark.slow
+def test_benchmark_of_a_stale_build_records_the_built_unit_and_says_the_sources_changed(
+        catalogue_kernel_dir, tmp_path):
+    from kernel_harness.portability.status import NEVER, tier_statuses
+
+    kernel = tmp_path / "harness_catalogue"
+    shutil.copytree(catalogue_kernel_dir, kernel, ignore=shutil.ignore_patterns("dist", "__pycache__", ".objs"))
+    built = {u.tier: u.source_hash for u in declared_units(kernel)}
+    from kernel_harness.portability.host import widest_tier
+
+    edited = kernel / "harness_catalogue_cpu" / (
+        "harness_catalogue_cpu.cpp" if widest_tier() == "generic" else f"harness_catalogue_{widest_tier()}.cpp")
+    edited.write_text(edited.read_text() + "\n// edited after the build, never rebuilt\n")
+    tier, evidence, proc = _bench_one_tier(kernel, tmp_path)
+    now = {u.tier: u.source_hash for u in declared_units(kernel)}
+    assert now[tier] != built[tier]
+    ran = evidence[tier]
+    # what ran is the build: its hash is recorded, and the entry says the sources moved on
+    assert ran["executed"] and ran["source_hash"] == built[tier] and ran["source_hash_from"] == "build"
+    assert "changed after the build" in ran["stale_build"] and edited.name in ran["stale_build"]
+    assert all("stale_build" not in e for t, e in evidence.items() if t != tier)
+    assert "stale build" in " ".join(proc.stdout.split())
+    # so that run cannot verify the edited unit: publish's guard and finalize still see it unverified
+    status = {s.unit.tier: s for s in tier_statuses(kernel, list(evidence.values()))}[tier]
+    assert status.status == NEVER and "older unit" in status.note
+
+
+def test_a_kernel_directory_without_its_sources_takes_the_hashes_from_its_build(tmp_path):
+    from kernel_harness.portability.resolve import resolve_units
+    from kernel_harness.portability.units import BUILT_UNITS_FILE, built_units_json
+
+    source = tmp_path / "src" / "tnorm"
+    write_project(plan_project(ScaffoldOptions(ops=("rms_norm",), name="tnorm", directory=source)), force=False)
+    expected = declared_units(source)
+    shipped = tmp_path / "shipped"  # build.toml and the build only, as some repositories ship them
+    variant = shipped / "build" / "torch213-cxx11-cpu-x86_64-linux"
+    variant.mkdir(parents=True)
+    shutil.copy2(source / "build.toml", shipped / "build.toml")
+    (variant / "metadata.json").write_text(json.dumps({"id": "_tnorm_cpu_0123456789"}))
+    (variant / BUILT_UNITS_FILE).write_text(built_units_json(source, "_tnorm_cpu_0123456789"))
+    known = resolve_units(str(shipped), "_tnorm_cpu_0123456789")
+    assert known.origin == "build" and known.units == expected and not known.stale
+    assert "sources build.toml lists are not in" in known.notes[0]
+    # another build was loaded than the one this record describes: no hashes, and why
+    other = resolve_units(str(shipped), "_tnorm_cpu_9999999999")
+    assert other.units is None and "no build variant" in other.reason
 
 
 # ----------------------------------------------------------------------------- advice for this host

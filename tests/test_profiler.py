@@ -135,6 +135,24 @@ def test_roofline_profile_hand_computed() -> None:
     assert {"first-touch-page-faults", "out-parameter-api"} <= set(suggestions[0]["references"])
 
 
+def test_compute_fraction_is_of_the_peak_of_the_tier_the_kernel_runs(monkeypatch) -> None:
+    """A kernel forced to (or dispatched to) its AVX2 unit is measured against the AVX2
+    FMA peak: against the AVX512 peak its compute fraction would read half as high."""
+    from kernel_harness.profiling.profile import running_tier
+
+    machine = fake_profile()
+    args = dict(flops=4e6, nbytes=8e6, kind="gemm", dtype="fp32", machine=machine, gemm_m=64)
+    avx2 = roofline_profile(_measured(1000.0, 1800.0), tier="avx2", **args)
+    avx512 = roofline_profile(_measured(1000.0, 1800.0), tier="avx512", **args)
+    assert avx2["limits"]["peak_source"] == "fp32_fma_avx2" and avx2["limits"]["tier"] == "avx2"
+    assert avx2["compute_fraction"] == pytest.approx(4.0 / machine.peak_gflops("fp32_fma_avx2"))
+    assert avx2["compute_fraction"] > avx512["compute_fraction"]
+    monkeypatch.setenv("KERNEL_CPU_ISA", "avx2")
+    assert running_tier(machine) == "avx2"
+    monkeypatch.delenv("KERNEL_CPU_ISA")
+    assert running_tier(machine) == "avx512"  # the fake machine has AVX512-BF16
+
+
 def test_alloc_cost_without_out_parameter_uses_empty_plus_touch() -> None:
     rp = roofline_profile(_measured(1000.0, 1900.0), flops=0.0, nbytes=8e6, kind="elementwise", dtype="fp32",
                           machine=fake_profile())

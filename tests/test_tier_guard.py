@@ -1,10 +1,12 @@
 """publish.py's tier guard (issue 24): no tier is uploaded that nobody ran as it is now.
 
 Fast tests use a generated (not built) kernel and synthetic evidence; two slow
-tests publish copies of the catalogue kernel: the RoPE-like scenario (the
-AVX512 unit changed after its last execution) is refused with the message
+tests publish kernels: the RoPE-like scenario (a copy of the catalogue kernel
+whose AVX512 unit changed after its last execution) is refused with the message
 naming the tier, its unit and both ways out, and --drop-unverified-tiers
-publishes a rebuilt copy whose dispatcher falls back to a verified tier.
+publishes a rebuilt one-op kernel whose dispatcher falls back to a verified
+tier on a real CPU that has the dropped tier (avx512 -> avx2 on an AVX512-BF16
+machine; avx2 -> generic elsewhere: one rebuild per machine).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import run_script
 
-from kernel_harness.cpu import has_isa
+from kernel_harness.cpu import has_isa, missing_flags
 from kernel_harness.portability import declared_units
 from kernel_harness.publish.tier_guard import (NEVER, VERIFIED_ELSEWHERE, VERIFIED_EMULATED, VERIFIED_HERE, FAILED,
                                                drop_tiers, evidence_in, refusal_message, tier_statuses,
@@ -136,39 +138,69 @@ def test_publish_refuses_a_kernel_whose_avx512_unit_changed_after_its_last_execu
             assert tiers[tier]["status"] == VERIFIED_HERE
 
 
+#: How a host without the dropped tiers looks to the harness (KERNEL_HARNESS_CPU_FLAGS).
+_HOST_WITHOUT = {"avx512": "avx avx2 fma f16c sse4_2", "avx2": "sse4_2"}
+_DROPPED = {"avx512": ["avx512"], "avx2": ["avx2", "avx512"]}
+_LOAD_AND_DISPATCH = (
+    "import os, sys, torch, kernels\n"
+    "from pathlib import Path\n"
+    "m = kernels.get_local_kernel(Path(sys.argv[1]))\n"
+    "x = torch.randn(8, 4096); w = torch.randn(4096)\n"
+    "print('TIERS', m.available_tiers(), m.dispatch_tier('rms_norm', x, w))\n"
+    "os.environ['KERNEL_CPU_ISA'] = sys.argv[2]\n"
+    "try:\n    m.rms_norm(x, w, 1e-6)\nexcept Exception as e:\n    print('refused:', e)\n"
+)
+
+
+def _fallback_skip_reason(dropped: str) -> str | None:
+    """Why the case "a CPU that has ``dropped`` runs the published package without it" cannot run here."""
+    if not has_isa(dropped):
+        needs = "AVX512-BF16 as well as AVX512F/BW/VL/DQ, e.g. Sapphire Rapids" if dropped == "avx512" else "AVX2"
+        other = ("; the avx2 case proves the same mechanism on this CPU" if dropped == "avx512" and has_isa("avx2")
+                 else "")
+        return (f"this CPU cannot run the {dropped} tier (it lacks {', '.join(missing_flags(dropped))}), so a "
+                f"package published without it dispatching to a narrower tier proves nothing here: the "
+                f"dispatcher never picks {dropped} on this CPU anyway. The case needs a CPU with {needs}{other}")
+    if dropped == "avx2" and has_isa("avx512"):
+        return ("this CPU runs the avx512 tier, so the avx512 case proves the fallback here on real hardware "
+                "(one rebuild per machine keeps the suite short)")
+    return None
+
+
 @pytest.mark.slow
-def test_drop_unverified_tiers_publishes_a_build_that_dispatches_to_a_verified_tier(catalogue_kernel_dir, tmp_path):
-    if has_isa("avx512"):
-        pytest.skip("this CPU runs the avx512 tier: publish.py verifies it here, so there is nothing to drop")
-    kernel = _catalogue_copy(catalogue_kernel_dir, tmp_path / "harness_catalogue")
-    proc = run_script("publish", kernel, "--repo-id", "me/harness-catalogue", "--dry-run", "--baseline",
-                      RMS_BASELINE, "--op", "harness_catalogue.rms_norm", "--rounds", "3",
-                      "--drop-unverified-tiers", "--json", tmp_path / "r.json", cwd=tmp_path, timeout=1800)
+@pytest.mark.parametrize("dropped, fallback", [
+    pytest.param("avx512", "avx2", id="avx512-cpu-runs-avx2"),
+    pytest.param("avx2", "generic", id="avx2-cpu-runs-generic"),
+])
+def test_drop_unverified_tiers_publishes_a_package_that_dispatches_to_a_verified_tier_on_a_cpu_with_the_dropped_one(
+        dropped, fallback, kernel, tmp_path):
+    """The package is published as a host without ``dropped`` would publish it (the harness's CPU flags
+    and the kernel's own CPUID view both lack it, so its unit cannot be verified and is dropped); then it
+    is loaded through ``kernels`` on this real CPU, which HAS ``dropped``: the dispatcher must run
+    ``fallback``, the best verified tier, and forcing ``dropped`` must be refused."""
+    reason = _fallback_skip_reason(dropped)
+    if reason:
+        pytest.skip(reason)
+    env = {"KERNEL_HARNESS_CPU_FLAGS": _HOST_WITHOUT[dropped], "KERNEL_CPU_MASK": ",".join(_DROPPED[dropped])}
+    proc = run_script("publish", kernel, "--repo-id", "me/tnorm", "--dry-run", "--baseline", RMS_BASELINE,
+                      "--op", "tnorm.rms_norm", "--rounds", "3", "--drop-unverified-tiers", "--json",
+                      tmp_path / "r.json", cwd=tmp_path, timeout=1800, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "r.json").read_text())
-    assert [t["tier"] for t in report["dropped_tiers"]] == ["avx512"]
-    assert [t["tier"] for t in report["tiers"]] == ["generic", "avx2"]
+    kept = [t for t in ("generic", "avx2", "avx512") if t not in _DROPPED[dropped]]
+    assert [t["tier"] for t in report["dropped_tiers"]] == _DROPPED[dropped]
+    assert [t["tier"] for t in report["tiers"]] == kept
     assert all(t["verified"] for t in report["tiers"]), report["tiers"]
-    assert "avx512" not in report["verification"]["load"]["available_tiers"]
     stage = Path(report["stage_dir"])
     assert "## Tiers and the evidence behind them" in (stage / "README.md").read_text()
-    # the staged package, loaded through kernels: no avx512 tier; the dispatcher falls back
-    code = (
-        "import os, sys, torch, kernels\n"
-        "from pathlib import Path\n"
-        "m = kernels.get_local_kernel(Path(sys.argv[1]))\n"
-        "x = torch.randn(8, 4096); w = torch.randn(4096)\n"
-        "print(m.available_tiers(), m.dispatch_tier('rms_norm', x, w))\n"
-        "os.environ['KERNEL_CPU_ISA'] = 'avx512'\n"
-        "try:\n    m.rms_norm(x, w, 1e-6)\nexcept Exception as e:\n    print('refused:', e)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
-    out = subprocess.run([sys.executable, "-c", code, str(stage)], capture_output=True, text=True, env=env,
-                         timeout=300, cwd=tmp_path)
+    # the staged package on this real CPU (no mask, real CPUID): it has `dropped`, the package does not
+    real = {k: v for k, v in os.environ.items()
+            if k not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK", "KERNEL_HARNESS_CPU_FLAGS")}
+    out = subprocess.run([sys.executable, "-c", _LOAD_AND_DISPATCH, str(stage), dropped], capture_output=True,
+                         text=True, env=real, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    best = "avx2" if has_isa("avx2") else "generic"
-    assert f"'{best}'] {best}" in out.stdout.splitlines()[0] and "avx512" not in out.stdout.splitlines()[0]
-    assert "generated without the avx512 tier" in out.stdout
+    assert f"TIERS {kept} {fallback}" in out.stdout, out.stdout
+    assert "refused:" in out.stdout and f"generated without the {dropped} tier" in out.stdout
 
 
 def test_finalize_tier_table_aggregates_every_trials_evidence(kernel):
@@ -211,3 +243,31 @@ def test_trial_result_warns_when_the_change_touched_only_a_tier_that_did_not_run
     payload = commands.result("rms", "t1", correctness=None, speedup=None, baseline_us=None, kernel_us=None,
                               from_json=report, force=True, trials_root=root)
     assert not [w for w in payload["warnings"] if "did not change" in w]
+
+
+def test_trial_manager_finalize_writes_the_tier_table_into_summary_json_and_md(kernel, tmp_path):
+    baseline = tmp_path / "baseline.py"
+    baseline.write_text(RMS_BASELINE.read_text())
+    for args in (("init", "rms", baseline), ("save", "rms", kernel, "--strategy", "template")):
+        proc = run_script("trial_manager", *args, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    units = {u.tier: u for u in declared_units(kernel)}
+    bench = tmp_path / "bench.json"  # a benchmark made on an AVX2-only machine, carried here
+    bench.write_text(json.dumps({"correct": True, "speedup": 2.0, "baseline_us": 200.0, "kernel_us": 100.0,
+                                 "tier_evidence": [_ev(units["generic"], cpu="AMD EPYC 7B13"),
+                                                   _ev(units["avx2"], cpu="AMD EPYC 7B13"),
+                                                   _ev(units["avx512"], cpu="AMD EPYC 7B13", executed=False,
+                                                       correct=None)]}))
+    for args in (("result", "rms", "t0", "--from-json", bench), ("finalize", "rms", "output")):
+        proc = run_script("trial_manager", *args, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "output" / "summary.json").read_text())
+    tiers = {t["tier"]: t for t in summary["tiers"]}
+    assert list(tiers) == ["generic", "avx2", "avx512"]
+    assert tiers["avx2"]["status"] == VERIFIED_ELSEWHERE and tiers["avx2"]["machines"] == ["AMD EPYC 7B13"]
+    assert tiers["avx512"]["status"] == NEVER and not tiers["avx512"]["verified"]
+    assert tiers["avx512"]["source_hash"] == units["avx512"].source_hash
+    markdown = (tmp_path / "output" / "summary.md").read_text()
+    assert "## Tiers and the evidence behind them" in markdown
+    assert f"| avx2 | `tnorm_cpu_avx2` | `{units['avx2'].source_hash[:12]}` | {VERIFIED_ELSEWHERE} | AMD EPYC 7B13 |" in markdown
+    assert f"| avx512 | `tnorm_cpu_avx512` | `{units['avx512'].source_hash[:12]}` | {NEVER} | - |" in markdown

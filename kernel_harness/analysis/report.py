@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..machine import MachineProfile
+from ..portability.host import widest_tier
 from .names import NameMatch, classify_name
 from .roofline import choose_limits, roofline, working_set
 from .shapes import DTYPE_BYTES, ShapeCost, formula_cost, scaled_trace_cost, shape_str
@@ -41,7 +42,9 @@ def machine_summary(machine: MachineProfile) -> dict[str, Any]:
 def _shape_row(shape: tuple[int, ...], cost: ShapeCost, *, kind: str, dtype: str, source: str,
                machine: MachineProfile) -> dict[str, Any]:
     m = cost.gemm_mnk[0] if cost.gemm_mnk else None
-    limits = choose_limits(machine, kind=kind, dtype=dtype, m=m)
+    # the roofline of the kernel to write: its compute ceiling is the peak of the tier
+    # the generated dispatcher runs here (AVX2 on an AVX512 CPU without AVX512-BF16)
+    limits = choose_limits(machine, kind=kind, dtype=dtype, m=m, tier=widest_tier(machine.has_flag))
     roof = roofline(cost.flops, cost.input_bytes, cost.output_bytes, limits)
     row_bytes = cost.row_len * DTYPE_BYTES[dtype] if kind in ("elementwise", "reduction") else None
     return {

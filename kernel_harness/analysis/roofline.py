@@ -8,7 +8,10 @@ The limits come from the measured :class:`~kernel_harness.machine.MachineProfile
 the bandwidth of a copy into a preallocated buffer (what a kernel with an
 ``out=`` argument can reach) and the peak of the instruction the suggested
 strategy uses (fp32 FMA for element-wise work in any dtype, since bf16/fp16 are
-widened to fp32; the AVX512-BF16 dot product or AMX for bf16 GEMM).
+widened to fp32; the AVX512-BF16 dot product or AMX for bf16 GEMM), in the SIMD
+tier the kernel runs: a kernel running its AVX2 unit on an AVX512 machine (the
+generated avx512 unit needs AVX512-BF16, which an Ice Lake Xeon lacks) is held to
+the AVX2 FMA peak, not to a peak no instruction of its unit can reach.
 
 A freshly allocated output is slower to write: every 4 KiB page faults on
 first touch.  ``floor_time_fresh_output_us`` charges the output bytes at the
@@ -68,15 +71,15 @@ class Roofline:
         return data
 
 
-def choose_limits(machine: MachineProfile, *, kind: str, dtype: str, m: int | None = None) -> Limits:
-    """Pick the peak that the suggested strategy would use and the bandwidth to compare against."""
+def choose_limits(machine: MachineProfile, *, kind: str, dtype: str, m: int | None = None,
+                  tier: str | None = None) -> Limits:
+    """Pick the peak that the suggested strategy would use and the bandwidth to compare against.
+
+    ``tier`` is the SIMD tier the kernel runs (``avx2``, ``avx512``; ``generic`` or
+    None: ATen/oneDNN, which use the widest instructions the CPU has).
+    """
     bw = machine.bandwidth
-    source = "fp32_fma_avx512" if machine.peak_gflops("fp32_fma_avx512") else "fp32_fma_avx2"
-    if kind in ("gemm", "attention") and dtype == "bf16":
-        if machine.peak_gflops("amx_bf16") and (m is None or m >= AMX_MIN_M):
-            source = "amx_bf16"
-        elif machine.peak_gflops("bf16_dot_avx512"):
-            source = "bf16_dot_avx512"
+    source = _peak_source(machine, kind=kind, dtype=dtype, m=m, tier=tier)
     peak = machine.peak_gflops(source) or 1.0
     peak_1t = machine.peak_gflops(source, threads="1") or peak
     if source == "fp32_fma_avx2" and not machine.peak_gflops(source):
@@ -89,6 +92,20 @@ def choose_limits(machine: MachineProfile, *, kind: str, dtype: str, m: int | No
         bandwidth_gbs_1t=bw.copy_prealloc_gbs_1t,
         fresh_output_gbs=bw.copy_fresh_gbs,
     )
+
+
+def _peak_source(machine: MachineProfile, *, kind: str, dtype: str, m: int | None,
+                 tier: str | None) -> str:
+    """The probe's peak kind for this op in this tier."""
+    if tier == "avx2":
+        return "fp32_fma_avx2"  # bf16/fp16 are widened to fp32 and FMA'd in the AVX2 unit
+    source = "fp32_fma_avx512" if machine.peak_gflops("fp32_fma_avx512") else "fp32_fma_avx2"
+    if kind in ("gemm", "attention") and dtype == "bf16":
+        if machine.peak_gflops("amx_bf16") and (m is None or m >= AMX_MIN_M):
+            source = "amx_bf16"
+        elif machine.peak_gflops("bf16_dot_avx512"):
+            source = "bf16_dot_avx512"
+    return source
 
 
 def roofline(flops: float, input_bytes: int, output_bytes: int, limits: Limits) -> Roofline:

@@ -24,7 +24,7 @@ KNOWN_REFERENCE_IDS: frozenset[str] = frozenset(
         "vectorized-sigmoid", "reduction-order", "multiple-accumulators", "unroll-and-prefetch",
         "software-prefetch", "non-temporal-stores", "first-touch-page-faults", "out-parameter-api",
         "single-pass-row-in-cache", "cache-blocking", "omp-row-parallel", "omp-small-size-threshold",
-        "shared-openmp-runtime", "avx512-bf16-dot", "bf16-accumulate-fp32", "fp16-accumulate-fp32",
+        "shared-openmp-runtime", "avx512-bf16-dot", "bf16-widen-fma-avx2", "bf16-accumulate-fp32", "fp16-accumulate-fp32",
         "amx-tile-config", "amx-linux-permission", "cpublas-brgemm", "vnni-packing",
         "int8-dequant-gemm", "int4-dequant-gemm", "level-vectorize", "level-threading",
         "level-memory-traffic", "level-fusion", "level-algorithm", "online-softmax-merge", "bf16-correct-rounding",
@@ -108,18 +108,39 @@ def _threading(machine: MachineProfile, row_bytes: int | None, axis: str) -> dic
     return data
 
 
+#: Up to this many rows a GEMM reads each weight element so few times that reading
+#: the weight is the whole cost (decode): the kernel streams it once.
+STREAM_MAX_M = 8
+
+
 def gemm_path(dtype: str, m: int | None, machine: MachineProfile) -> tuple[str, str]:
-    """Which GEMM micro-kernel fits this dtype and row count M here, and why."""
+    """Which GEMM micro-kernel fits this dtype and row count M here, and why.
+
+    The FMA paths follow the tier the generated dispatcher runs (an AVX512 CPU
+    without AVX512-BF16 runs the AVX2 unit), not the CPU's widest vectors.
+    """
     amx = machine.has_flag("amx_bf16") and machine.has_flag("amx_tile")
     if dtype == "bf16" and amx and (m is None or m >= AMX_MIN_M):
         return "amx-brgemm", (f"M {'>= ' + str(AMX_MIN_M) if m is None else '= ' + str(m)}: AMX bf16 tiles via "
                               "at::native::cpublas::brgemm (or hand-written tile code), weights packed to VNNI")
     if dtype == "bf16" and machine.has_flag("avx512_bf16"):
-        return "avx512-bf16-dot", (f"M = {m} < {AMX_MIN_M}: a GEMV-like shape; AMX tiles would be mostly empty, "
-                                   "_mm512_dpbf16_ps over pairs of K with fp32 accumulators is faster"
-                                   if amx else "no AMX here: _mm512_dpbf16_ps over pairs of K with fp32 accumulators")
-    return ("avx512-fma" if machine.has_flag("avx512f") else "avx2-fma",
-            "register-blocked FMA micro-kernel (e.g. 4 rows x 2-3 vector columns) or cpublas brgemm")
+        path, why = "avx512-bf16-dot", (
+            f"M = {m} < {AMX_MIN_M}: a GEMV-like shape; AMX tiles would be mostly empty, "
+            "_mm512_dpbf16_ps over pairs of K with fp32 accumulators is faster"
+            if amx else "no AMX here: _mm512_dpbf16_ps over pairs of K with fp32 accumulators")
+    elif widest_tier(machine.has_flag) == "avx512":
+        path, why = "avx512-fma", "register-blocked FMA micro-kernel (e.g. 4 rows x 2-3 vector columns) or cpublas brgemm"
+    else:
+        path, why = "avx2-fma", ("register-blocked FMA micro-kernel on 256-bit vectors (e.g. 6 rows x 2 vectors "
+                                 "of 8: 12 accumulators of the 16 ymm registers) over a packed weight panel")
+        if dtype in ("bf16", "fp16"):
+            why += ("; no BF16 dot product here: widen bf16 to fp32 (zero-extend each 16-bit value and shift it "
+                    "into the high half) or fp16 with F16C, then FMA, accumulating in fp32")
+    if m is not None and m <= STREAM_MAX_M:
+        why = (f"M = {m} <= {STREAM_MAX_M} (decode): each weight element is used only {m} time(s), so the call is "
+               "bound by reading the weight: stream it once, threaded over N, with the M rows' accumulators "
+               "in registers; floor = weight bytes / read bandwidth. " + why)
+    return path, why
 
 
 def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile, *,
@@ -180,6 +201,8 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
             refs += ["amx-tile-config", "amx-linux-permission", "vnni-packing"]
         if path == "avx512-bf16-dot" or dtype == "bf16":
             refs += ["avx512-bf16-dot", "vnni-packing"]
+        if path == "avx2-fma" and dtype == "bf16":
+            refs.append("bf16-widen-fma-avx2")
         if any(q in lowered for q in ("int8", "w8", "i8", "quant", "q8")):
             refs.append("int8-dequant-gemm")
         if any(q in lowered for q in ("int4", "w4", "q4", "awq", "gptq")):
@@ -188,35 +211,42 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
             steps.append("MoE: group tokens by expert first; each expert's GEMM has few rows, pick the path per expert M")
     else:  # attention
         threading = _threading(machine, None, "(batch, head, query block): each thread owns query blocks")
-        attn_path = "amx-brgemm" if dtype == "bf16" and machine.has_flag("amx_bf16") else (
-            "avx512-fma" if machine.has_flag("avx512f") else "avx2-fma")
+        # One query per sequence (decode): from the traced shapes, else from the name.
+        decode = gemm_m <= 1 if gemm_m is not None else "decode" in lowered
+        attn_path = "amx-brgemm" if dtype == "bf16" and machine.has_flag("amx_bf16") and not decode else (
+            "avx512-fma" if widest_tier(machine.has_flag) == "avx512" else "avx2-fma")
         gemm = {"path": attn_path, "why": "QK^T and PV are GEMMs over a block of queries", "amx_min_m": AMX_MIN_M, "m": gemm_m}
         steps = [
             "flash-attention blocking: for a block of queries, loop over key blocks, QK^T, online softmax "
             "(running max and sum), accumulate P.V in fp32; never materialise the L x S matrix",
             "vectorised exp for the softmax; rescale the accumulator when the running max changes",
         ]
+        if decode:
+            gemm["why"] = "one query per sequence: q.k and p.v are dot products, bound by reading the KV cache"
+            threading = _threading(machine, None, "(batch, kv head); split the keys into chunks when there are "
+                                                  "fewer pairs than threads, merged by log-sum-exp")
+            steps = [
+                "decode (one query token): one pass over the KV cache with an online softmax (running max, running "
+                "sum, accumulator of D values); floor = KV cache bytes / read bandwidth; start from the catalogue "
+                "op: new_kernel.py --op decode_attention",
+                "grouped-query attention: serve the H/H_kv query heads of a group together so each kv head's "
+                "cache is read once, not once per query head",
+                "when batch x kv heads is below the thread count, split S into chunks per thread and merge the "
+                "partial (max, sum, acc) exactly: m = max(m1, m2), sum = s1 e^(m1-m) + s2 e^(m2-m), likewise acc",
+                "bf16 outputs are judged to half an ulp of a float64 reference: accumulate in double (the catalogue "
+                "op; fp32 sums round about one output in a few thousand the other way), or in fp32 with a proven "
+                "error bound and exact fix-ups of near-tie outputs",
+                "widen bf16 caches in registers; the hardware prefetchers follow each head's rows (software "
+                "prefetch measured no gain in the catalogue op)",
+            ]
         refs += ["cache-blocking", "cpublas-brgemm", "vectorized-exp", "horizontal-max", "horizontal-sum",
                  "omp-row-parallel", "level-fusion", "level-algorithm"]
         if attn_path == "amx-brgemm":
             refs += ["amx-tile-config", "amx-linux-permission", "vnni-packing"]
-        if "decode" in lowered or gemm_m == 1:
-            # One query per sequence: no GEMM left, the KV cache streams once (the catalogue op).
-            threading = _threading(machine, None, "(batch, kv head); split the keys into chunks when there are "
-                                                   "fewer pairs than threads, merged by log-sum-exp")
-            gemm = None
-            steps = [
-                "decode (one query per sequence): the KV cache is read once, so the floor is cache bytes / read "
-                "bandwidth; start from the catalogue op: new_kernel.py --op decode_attention",
-                "serve the H / H_kv query heads of a kv head together (grouped-query): each K and V row read once",
-                "one pass of online softmax per key block: running max, running sum, the D-value accumulator "
-                "rescaled only when the max grows",
-                "fewer (batch, kv head) pairs than threads: split the keys, merge (max, sum, acc) exactly",
-                "bf16 outputs are judged to half an ulp of a float64 reference: accumulate in double (the catalogue "
-                "op), or in fp32 with a proven error bound and exact fix-ups of near-tie outputs",
-            ]
-            refs = [r for r in refs if r not in ("cpublas-brgemm", "amx-tile-config", "amx-linux-permission",
-                                                 "vnni-packing", "cache-blocking")]
+        if attn_path == "avx2-fma" and dtype == "bf16":
+            refs.append("bf16-widen-fma-avx2")
+        if decode:  # no GEMM blocking left to read about
+            refs = [r for r in refs if r not in ("cpublas-brgemm", "cache-blocking")]
             refs += ["online-softmax-merge", "bf16-correct-rounding"]
     refs.append("shared-openmp-runtime")
     return {

@@ -51,6 +51,10 @@ class Session:
     kernel_info: dict[str, Any] = field(default_factory=dict)
     # --against: one more kernel worker, loading the other build
     aworker: WorkerProcess | None = None
+    # --against: the workers that time the two builds, fresh ones of identical history
+    # (see spawn_spares); empty otherwise, and the checked workers time
+    ktimers: list[WorkerProcess] = field(default_factory=list)
+    atimers: list[WorkerProcess] = field(default_factory=list)
     against_info: dict[str, Any] = field(default_factory=dict)
     # what the timing rounds saw of the machine (conditions.py); None before timing
     watch: Watch | None = None
@@ -59,7 +63,8 @@ class Session:
         return self.rng.randrange(1, 2**31 - 1)
 
     def workers(self) -> list[WorkerProcess]:
-        return [w for w in (self.kworker, self.bworker, self.aworker, *self.kspares, *self.bspares)
+        return [w for w in (self.kworker, self.bworker, self.aworker, *self.kspares, *self.bspares,
+                            *self.ktimers, *self.atimers)
                 if w is not None]
 
     # ------------------------------------------------------------------ workers
@@ -71,11 +76,32 @@ class Session:
         return WorkerProcess(role, timeout=self.o.timeout, env=env)
 
     def spawn_spares(self) -> None:
-        """The extra timing pairs; they import while the trace and warm-up run."""
-        for _ in range(max(0, self.o.timing_processes - 1)):
-            self.kspares.append(self.spawn("kernel"))
-            if self.o.baseline_us is None:
+        """The extra timing pairs; they import while the trace and warm-up run.
+
+        With --against, neither checked worker times: the candidate's worker has run
+        the ATen trace and the dispatch query besides the correctness calls, the other
+        build's worker has not, and an identical build read 3-4 % slower as the
+        candidate than as the --against build (median of ten quiet runs).  Both builds
+        are timed instead by fresh workers that did nothing but import and warm up, so
+        neither side carries a history the other lacks.
+        """
+        if self.o.against:
+            pairs = max(1, self.o.timing_processes)
+            self.ktimers = [self.spawn("kernel") for _ in range(pairs)]
+            self.atimers = [self.spawn("against") for _ in range(pairs)]
+        else:
+            for _ in range(max(0, self.o.timing_processes - 1)):
+                self.kspares.append(self.spawn("kernel"))
+        if self.o.baseline_us is None:
+            for _ in range(max(0, self.o.timing_processes - 1)):
                 self.bspares.append(self.spawn("baseline"))
+
+    def timing_workers(self) -> tuple[list[WorkerProcess], list[WorkerProcess]]:
+        """(the candidate's timing workers, the --against build's): one per pair."""
+        if self.ktimers:
+            return self.ktimers, self.atimers
+        assert self.kworker is not None
+        return [self.kworker, *self.kspares], [self.aworker] if self.aworker is not None else []
 
     def load(self, worker: WorkerProcess) -> dict[str, Any]:
         against = worker.role == "against"

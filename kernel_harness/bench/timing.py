@@ -77,10 +77,16 @@ def run_timing(session: Session, checker: Checker) -> None:
     assert s.baseline is not None and s.kworker is not None
     source = ("inputs", 0)
     cached = o.baseline_us is not None
-    kworkers = [s.kworker, *s.kspares]
+    kworkers, aworkers = s.timing_workers()
+    if r.against_failures:
+        aworkers = []  # a build that fails the check is not timed
     bworkers = [s.bworker, *s.bspares] if s.bworker is not None else []
-    for w in s.kspares:
-        s.check_tamper(s.load(w), "import")
+    for w in kworkers:
+        if w is not s.kworker:
+            s.check_tamper(s.load(w), "import")
+    for w in aworkers:
+        if w is not s.aworker:
+            s.check_tamper(s.load(w), "the --against build's import")
     for w in bworkers:
         s.load(w)
     # warm-up, which also calibrates the number of calls per round
@@ -93,12 +99,11 @@ def run_timing(session: Session, checker: Checker) -> None:
         warm, _, _ = s.time(w, source, 3, keep=False, warmup=2, what="the baseline's warm-up calls")
         if not cached:  # a cached run sizes its rounds for the kernel, as before spot rounds existed
             t_call = max(t_call, stats.Measurement("b", [warm]).median_us * 1e3)
-    aworker = s.aworker if s.aworker is not None and not r.against_failures else None
-    if aworker is not None:
-        warm, _, _ = s.time(aworker, source, 3, keep=False, warmup=2, what="the --against build's warm-up calls")
+    for w in aworkers:
+        warm, _, _ = s.time(w, source, 3, keep=False, warmup=2, what="the --against build's warm-up calls")
         t_call = max(t_call, stats.Measurement("a", [warm]).median_us * 1e3)
     n = o.calls_per_round or calibrate(t_call, gen, o.target_round_s, o.rounds, o.time_budget_s,
-                                       sides=(1 if cached else 2) + (aworker is not None))
+                                       sides=(1 if cached else 2) + bool(aworkers))
     if o.cold:
         n = max(n, _cold_sets(s, tree.nbytes(s.baseline.draw_inputs(s.seed()))))
     r.calls_per_round = n
@@ -116,7 +121,7 @@ def run_timing(session: Session, checker: Checker) -> None:
     # keeps a copy of every output of every round and learns the pick only after it
     verify_rounds = set(s.rng.sample(range(o.rounds), min(o.verified_calls, o.rounds)))
     extra = max(0, o.verified_calls - o.rounds)
-    sides = ("b", "k", "a") if aworker is not None else ("b", "k")
+    sides = ("b", "k", "a") if aworkers else ("b", "k")
     watch = Watch(threads=r.threads, load_before=load_average())
     with RunQueueSampler() as sampler:
         for rnd in range(o.rounds):
@@ -145,7 +150,8 @@ def run_timing(session: Session, checker: Checker) -> None:
                         kernel_at_spots.add_round(reply["times_ns"], group=pair)
                     watch.side("kernel").add(reply["times_ns"], reply)
                     picked.extend(_fetch(s, worker, n, count, seeds))
-                elif side == "a" and aworker is not None:
+                elif side == "a" and aworkers:
+                    aworker = aworkers[pair % len(aworkers)]
                     reply, _ = s.time_reply(aworker, source, seeds, keep=True,
                                             what=f"--against timing round {rnd + 1}")
                     against.add_round(reply["times_ns"], group=pair)
@@ -157,7 +163,7 @@ def run_timing(session: Session, checker: Checker) -> None:
     if picked_against:
         with checker.into(r.against_failures):
             checker.verify_timed(picked_against, who="against: ")
-    if aworker is not None:
+    if aworkers:
         r.against = against
     checker.verify_timed(picked)
     r.kernel = kernel

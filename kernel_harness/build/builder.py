@@ -16,6 +16,7 @@ from typing import Any
 from ..atomic import exclusive_lock
 from ..buildtoml import load_build_toml
 from ..errors import CheckFailed, UsageError
+from ..portability.units import BUILT_UNITS_FILE, built_units_json
 from . import codegen, layout
 from .diagnostics import CompileError, first_error
 from .ninja import ninja_file, run_ninja, write_if_changed
@@ -93,7 +94,10 @@ def build_kernel(
     Raises :class:`BuildFailed` (exit 1) on a compiler/linker error, leaving the
     previous variant untouched, and ``UsageError`` (exit 2) on a bad build.toml.
     The variant's ``metadata.json`` carries a kernels-data ``digest`` of its
-    files (see :mod:`.variant_digest`), validated before the swap.
+    files (see :mod:`.variant_digest`), validated before the swap; among them
+    ``tier_units.json``, each tier's unit hash as compiled
+    (:func:`kernel_harness.portability.units.built_units_json`), so tier
+    evidence of the installed package names the units that ran.
     ``on_step(done, total, "CXX"|"LINK", what)`` reports ninja's progress.
     """
     started = time.perf_counter()
@@ -106,6 +110,8 @@ def build_kernel(
     variant_dir = build_dir / plan.variant
     with exclusive_lock(plan.obj_dir / "build.lock"):
         layout.clean_stale(build_dir)
+        # the units as ninja is about to compile them (read before compiling, not after)
+        units_json = built_units_json(plan.root, plan.names.ext_name)
         write_if_changed(plan.gen_include / "registration.h", codegen.registration_h(plan.names))
         write_if_changed(plan.extension_source, codegen.extension_c(plan.names))
         write_if_changed(plan.obj_dir / "build.ninja", ninja_file(plan, compiler, ccache))
@@ -119,6 +125,7 @@ def build_kernel(
         staging = layout.staging_dir(build_dir, plan.variant)
         try:
             layout.assemble(plan, staging)
+            (staging / BUILT_UNITS_FILE).write_text(units_json, encoding="utf-8")
             # Last step before the swap: the digest covers every file now in staging,
             # and is read back through kernels-data before anything is replaced.
             write_digest(staging)

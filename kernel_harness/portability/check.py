@@ -23,7 +23,8 @@ from .emulate import (DEFAULT_TIMEOUT_S, QEMU_PACKAGE_HINT, EmulatedRun, Request
                       qemu_binary, qemu_version)
 from .evidence import emulated_tier_evidence, host_cpu
 from .models import models_for
-from .units import TierUnit, kernel_dir_of, units_for_spec
+from .resolve import KnownUnits, resolve_units
+from .units import kernel_dir_of
 
 SCHEMA_VERSION = 1
 
@@ -48,8 +49,7 @@ class PortabilityReport:
     seed: int
     qemu: str
     qemu_version: str
-    units: list[TierUnit] | None
-    units_note: str | None
+    known: KnownUnits
     runs: list[EmulatedRun] = field(default_factory=list)
 
     @property
@@ -62,7 +62,7 @@ class PortabilityReport:
 
     @property
     def evidence(self) -> list[dict[str, Any]]:
-        return emulated_tier_evidence(self.runs, self.units)
+        return emulated_tier_evidence(self.runs, self.known)
 
     def to_dict(self) -> dict[str, Any]:
         o = self.options
@@ -78,8 +78,9 @@ class PortabilityReport:
             "exit_code": self.exit_code,
             "qemu": {"binary": self.qemu, "version": self.qemu_version},
             "host_cpu": host_cpu(),
-            "declared_tiers": [u.to_dict() for u in self.units] if self.units is not None else None,
-            "declared_tiers_note": self.units_note,
+            "declared_tiers": [u.to_dict() for u in self.known.units] if self.known.units is not None else None,
+            "declared_tiers_note": self.known.reason,
+            "unit_hashes": self.known.to_dict(),
             "runs": [r.to_dict() for r in self.runs],
             "tier_evidence": self.evidence,
         }
@@ -121,10 +122,9 @@ def check_portability(o: PortabilityOptions) -> PortabilityReport:
         raise UsageError(f"qemu-x86_64 is not installed, so no CPU can be emulated; "
                          f"{QEMU_PACKAGE_HINT}, then rerun.")
     seed = o.seed if o.seed is not None else random.SystemRandom().randrange(1, 2**31 - 1)
-    units, note = units_for_spec(o.kernel_spec)
-    report = PortabilityReport(options=o, seed=seed, qemu=qemu, qemu_version=qemu_version(qemu),
-                               units=units, units_note=note)
-    declared = [u.tier for u in units] if units is not None else None
+    known = resolve_units(o.kernel_spec)
+    report = PortabilityReport(options=o, seed=seed, qemu=qemu, qemu_version=qemu_version(qemu), known=known)
+    declared = [u.tier for u in known.units] if known.units is not None else None
     request = Request(kernel_spec=o.kernel_spec, op_path=o.op_path, baseline_path=Path(o.baseline_path),
                       seed=seed, seeds=o.seeds, atol=o.atol, rtol=o.rtol, timeout=o.timeout)
     report.runs = emulate_all(models, request, declared, qemu=qemu, parallel=o.parallel)

@@ -8,10 +8,16 @@ An entry (the benchmark JSON's ``tier_evidence`` list, and check_portability's):
 
 ``executed`` false always carries a ``reason`` (this CPU lacks the tier, the
 run forced another tier, the kernel crashed before running it, ...).
-``source_hash`` is the unit hash of :mod:`.units` at the time of the run, so
-evidence stays valid exactly as long as the unit it proves is unchanged; it is
-null for an installed package whose sources are not at hand (the reason says
-so). ``cpu`` names the machine (the emulated model for QEMU runs).
+``source_hash`` is the unit hash of :mod:`.units` of the code that ran, so
+evidence stays valid exactly as long as the unit it proves is unchanged. It
+comes from the build's own record (``tier_units.json`` in the variant) when
+there is one, so an installed package without sources has it too;
+``source_hash_from`` says ``"build"`` or ``"sources"`` (a build without the
+record: the sources' hash, unchecked against the build). When the build and
+the sources disagree the build is stale: the entry carries ``stale_build``
+(how the unit differs) and the build's hash. It is null only when neither is
+at hand (``source_hash_reason`` says why). ``cpu`` names the machine (the
+emulated model for QEMU runs).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from typing import Any
 
 from ..cpu import TIERS, cpu_flags, cpu_model, missing_flags, supported_tiers
 from .models import NO_AVX512_REASON
-from .units import TierUnit, units_for_spec
+from .resolve import KnownUnits, resolve_units
+from .units import TierUnit
 
 #: The flags evidence lists for a CPU: the ones the tiers are compiled for.
 RELEVANT_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
@@ -73,7 +80,9 @@ def bench_tier_evidence(result: Any, payload: dict[str, Any]) -> list[dict[str, 
     ``crash`` and, when the benchmark records it, ``conditions.tier_ran``).
     """
     spec = result.options.kernel_spec
-    units, unknown = units_for_spec(spec)
+    build_module = (payload.get("kernel_build") or {}).get("module")
+    known = resolve_units(spec, build_module if isinstance(build_module, str) else None)
+    units = known.units
     cpu = host_cpu()
     here = supported_tiers()
     declared = [u.tier for u in units] if units is not None else list(here)
@@ -93,10 +102,18 @@ def bench_tier_evidence(result: Any, payload: dict[str, Any]) -> list[dict[str, 
         else:
             entry = _entry(unit, tier, executed=False, correct=None, cpu=cpu, emulated=False,
                            reason=_not_run_reason(tier, here, result, crash))
-        if unit is None:
-            entry["source_hash_reason"] = unknown
-        entries.append(entry)
+        entries.append(with_origin(entry, known))
     return entries
+
+
+def with_origin(entry: dict[str, Any], known: KnownUnits) -> dict[str, Any]:
+    """Say where the entry's ``source_hash`` comes from, and whether its build was stale."""
+    entry["source_hash_from"] = known.origin
+    if entry.get("source_hash") is None:
+        entry["source_hash_reason"] = known.reason
+    if entry["tier"] in known.stale:
+        entry["stale_build"] = known.stale[entry["tier"]]
+    return entry
 
 
 def _not_run_reason(tier: str, here: list[str], result: Any, crash: Any) -> str:
@@ -130,17 +147,27 @@ def record_tier_evidence(result: Any, payload: dict[str, Any]) -> None:
     a note naming the declared tiers it could not run and why."""
     evidence = bench_tier_evidence(result, payload)
     payload["tier_evidence"] = evidence
+    notes: list[str] = []
+    stale = [e for e in evidence if e.get("stale_build")]
+    if stale:
+        notes.append("stale build: the build that ran was compiled from other units than the sources hold "
+                     "now (" + "; ".join(f"{e['tier']}: {e['stale_build']}" for e in stale) + "). Its tier "
+                     "evidence is for the built units, not the sources: rebuild (scripts/build_kernel.py) "
+                     "and rerun to verify the sources.")
     note = unrun_tiers_note(evidence) if getattr(result.options, "tier", None) == "all" else None
     if note:
-        payload["notes"] = [*(payload.get("notes") or []), note]
+        notes.append(note)
+    if notes:
+        payload["notes"] = [*(payload.get("notes") or []), *notes]
 
 
 # --------------------------------------------------------------------------- emulation
 
 
-def emulated_tier_evidence(runs: list[Any], units: list[TierUnit] | None) -> list[dict[str, Any]]:
+def emulated_tier_evidence(runs: list[Any], known: KnownUnits) -> list[dict[str, Any]]:
     """Evidence from check_portability's emulated runs: one entry per (tier, model) it ran on,
     one entry for each declared tier no model ran."""
+    units = known.units
     tiers = [(u, u.tier) for u in units] if units is not None else [
         (None, t) for t in TIERS if any(t in (r.available_tiers or []) for r in runs)]
     entries: list[dict[str, Any]] = []
@@ -155,7 +182,7 @@ def emulated_tier_evidence(runs: list[Any], units: list[TierUnit] | None) -> lis
             entries.append(_entry(unit, tier, executed=False, correct=None, emulated=True,
                                   cpu=", ".join(r.model.label for r in runs),
                                   reason=_emulated_not_run_reason(tier, runs)))
-    return entries
+    return [with_origin(e, known) for e in entries]
 
 
 def _emulated_entry(run: Any, unit: TierUnit | None, tier: str) -> dict[str, Any] | None:

@@ -13,19 +13,27 @@ because they are shared (``<name>_tiers.hpp`` holds the SIMD helpers both the
 AVX2 and the AVX512 unit include): an edit there changes code that each tier
 compiles, so it must invalidate every tier's evidence. This is conservative on
 purpose — a header edit that only matters to one tier asks for evidence of all
-of them — and needs nothing from the build: an installed package without its
-sources has no unit hashes (``source_hash`` is null and the evidence says why).
+of them.
+
+The builder embeds the hashes it compiled into the build variant
+(``tier_units.json``, :func:`built_units_json`; covered by the variant's
+kernels-data digest and shipped in the wheel), so evidence of an installed
+package, or of a kernel directory whose sources are gone, still names the
+units that ran (:func:`.resolve.resolve_units`). When both the sources and the build's
+record are at hand they must agree; a tier whose unit differs is a stale
+build (the sources changed after the build), and evidence records the
+build's hash — the code that actually ran — and says so.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..buildtoml import KernelSection, load_build_toml
-from ..errors import HarnessError
 
 #: Dispatcher tiers, slowest first (the order ``available_tiers()`` uses); amx
 #: sections are listed after them.
@@ -107,14 +115,52 @@ def kernel_dir_of(spec: str) -> Path | None:
     return None
 
 
-def units_for_spec(spec: str) -> tuple[list[TierUnit] | None, str | None]:
-    """``(units, None)`` for a kernel directory, ``(None, reason)`` when they cannot be known."""
-    directory = kernel_dir_of(spec)
-    if directory is None:
-        return None, (f"{spec} is an installed package: its sources (build.toml) are not "
-                      "here, so its declared tiers and unit hashes are unknown; pass the "
-                      "kernel directory to record them")
+# --------------------------------------------------------------------------- the build's record
+
+#: The file the builder writes into every build variant (and so into the wheel).
+BUILT_UNITS_FILE = "tier_units.json"
+BUILT_UNITS_SCHEMA = 1
+HASH_RULE = ("sha256 over the build.toml section name, its cxx-flags, the bytes of its src files and of "
+             "every header any CPU section lists (kernel_harness.portability.units.unit_hash)")
+
+
+def built_units_json(kernel_dir: Path, build_id: str) -> str:
+    """The ``tier_units.json`` the builder puts in a variant: each tier's unit hash at build time.
+
+    ``build_id`` is the extension name (metadata.json's ``id``), so a record can
+    be matched with the build that was loaded.
+    """
+    payload = {"schema_version": BUILT_UNITS_SCHEMA, "id": build_id, "hash_rule": HASH_RULE,
+               "tiers": [u.to_dict() for u in declared_units(Path(kernel_dir))]}
+    return json.dumps(payload, indent=2, sort_keys=True) + "\n"
+
+
+@dataclass(frozen=True)
+class BuiltUnits:
+    """A variant's ``tier_units.json``: the units its build compiled."""
+
+    variant: Path
+    build_id: str | None
+    units: list[TierUnit]
+
+
+def read_built_units(variant: Path) -> BuiltUnits | None:
+    """The record in ``variant`` (None when absent: a build made before it existed, or by
+    another builder); ``ValueError`` naming the file when it is unreadable."""
+    path = Path(variant) / BUILT_UNITS_FILE
+    if not path.is_file():
+        return None
     try:
-        return declared_units(directory), None
-    except HarnessError as exc:
-        return None, f"{directory}/build.toml could not be read: {exc.message}"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        units = [TierUnit(tier=str(t["tier"]), section=str(t["section"]), files=tuple(map(str, t["files"])),
+                          source_hash=str(t["source_hash"])) for t in data["tiers"]]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a tier unit record this harness wrote ({exc}); rebuild the kernel "
+                         "(scripts/build_kernel.py) to rewrite it") from exc
+    build_id = data.get("id") if isinstance(data.get("id"), str) else None
+    return BuiltUnits(variant=Path(variant), build_id=build_id,
+                      units=sorted(units, key=lambda u: (_order(u.tier), u.section)))
+
+
+def _order(tier: str) -> int:
+    return TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER)

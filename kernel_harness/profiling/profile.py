@@ -158,10 +158,19 @@ def run_vtune(config: Config, kernel_package: str, op: str, baseline: Path) -> d
             "note": f"open the full result with: {binary} -report hotspots -result-dir {result_dir / 'r'}"}
 
 
+def running_tier(machine: MachineProfile) -> str:
+    """The SIMD tier a generated kernel runs in the profiled child: the one forced
+    through KERNEL_CPU_ISA (inherited by the child), else the dispatcher's pick here."""
+    forced = os.environ.get("KERNEL_CPU_ISA", "").strip().lower()
+    return forced if forced in TIER_BITS else widest_tier(machine.has_flag)
+
+
 def roofline_profile(measured: dict[str, Any], *, flops: float, nbytes: float, kind: str, dtype: str,
-                     machine: MachineProfile, gemm_m: int | None = None) -> dict[str, Any]:
-    """Achieved vs attainable, allocation share and thread scaling from the child's timings."""
-    limits = choose_limits(machine, kind=kind, dtype=dtype, m=gemm_m)
+                     machine: MachineProfile, gemm_m: int | None = None,
+                     tier: str | None = None) -> dict[str, Any]:
+    """Achieved vs attainable, allocation share and thread scaling from the child's timings;
+    the compute ceiling is the peak of the SIMD ``tier`` the kernel runs."""
+    limits = choose_limits(machine, kind=kind, dtype=dtype, m=gemm_m, tier=tier)
     t_all = measured["all_threads"]["median_us"]
     t_one = measured["one_thread"]["median_us"]
     achieved_gbs = nbytes / (t_all * 1e3) if t_all else 0.0
@@ -195,7 +204,8 @@ def roofline_profile(measured: dict[str, Any], *, flops: float, nbytes: float, k
         "achieved_gbs": achieved_gbs,
         "achieved_gflops": achieved_gflops,
         "limits": {"bandwidth_gbs": limits.bandwidth_gbs, "peak_gflops": limits.peak_gflops,
-                   "peak_source": limits.peak_source, "fresh_output_gbs": limits.fresh_output_gbs},
+                   "peak_source": limits.peak_source, "fresh_output_gbs": limits.fresh_output_gbs,
+                   "tier": tier},
         "bandwidth_fraction": achieved_gbs / limits.bandwidth_gbs,
         "compute_fraction": achieved_gflops / limits.peak_gflops,
         "bound": "memory" if memory_us >= compute_us else "compute",
@@ -247,7 +257,7 @@ def roofline_suggestions(rp: dict[str, Any], machine: MachineProfile, *, loaded:
             f"{100 * fraction:.0f}% of the roofline floor",
             ["level-fusion", "level-memory-traffic", "non-temporal-stores"])
     elif rp["bound"] == "memory":
-        tier = widest_tier(machine.has_flag)
+        tier = rp["limits"].get("tier") or widest_tier(machine.has_flag)
         width = f"{TIER_BITS[tier]}-bit loads in the {tier} unit (the tier this machine runs)" \
             if tier != "generic" else "the widest vectors the CPU has"
         add(f"make the hot loop stream at full width: {width}, 2-4 accumulators, one pass over each row, "
@@ -319,7 +329,7 @@ def profile_op(kernel_package: str, op: str, baseline: Path | None, *, config: C
                      "competed for the cores, so the timings (above all the all-thread one) are pessimistic and "
                      "no threading advice is drawn from them; re-run on an idle machine")
     rp = roofline_profile(measured, flops=flops, nbytes=nbytes, kind=kind, dtype=dtype, machine=machine,
-                          gemm_m=gemm_m)
+                          gemm_m=gemm_m, tier=running_tier(machine))
     rp["counts_source"] = source
     counters_obj = perf.pop("_counters", None)
     if counters_obj is not None:

@@ -33,7 +33,8 @@ def print_profile(report: dict[str, Any], console: Console) -> None:
                   f"(scaling {rp['thread_scaling']:.2f}x)", soft_wrap=True)
     console.print(f"  achieved {rp['achieved_gbs']:.2f} GB/s of {lim['bandwidth_gbs']:.1f} "
                   f"({100 * rp['bandwidth_fraction']:.0f}%), {rp['achieved_gflops']:.2f} GFLOP/s of "
-                  f"{lim['peak_gflops']:.1f} {lim['peak_source']} ({100 * rp['compute_fraction']:.1f}%)",
+                  f"{lim['peak_gflops']:.1f} {lim['peak_source']} ({100 * rp['compute_fraction']:.1f}%)"
+                  + (f", the peak of the {lim['tier']} tier the kernel runs" if lim.get("tier") else ""),
                   soft_wrap=True)
     frac = rp["roofline_fraction"]
     console.print(f"  {rp['bound']}-bound: floor {rp['floor_time_us']:.1f} us -> "
