@@ -1,7 +1,7 @@
 """Write a complete kernel project from templates/ (procedure step 4).
 
 Catalogue ops (rms_norm, add_rms_norm, silu_and_mul, gelu_and_mul, softmax,
-layer_norm) get finished, tested tiers; any other op name gets everything
+layer_norm, decode_attention) get finished, tested tiers; any other op name gets everything
 generated and wired, with its compute bodies marked KERNEL_TODO(...) for you
 to write (validate_cpu_kernel.py reports those as unfinished). For an op
 outside the catalogue, --from-baseline baseline.py (or --signature "...")

@@ -904,6 +904,32 @@ def _ulp_exp_avx2(entry, lib):
     assert ulp_error(ys[7:8], np.exp(np.float64([88.5])))[0] <= 1.0
 
 
+@check("online_softmax_merge")
+def _online_softmax_merge(entry, lib):
+    import torch
+
+    rng = np.random.default_rng(0)
+    for d in (1, 7, 64, 131):
+        for s in (1, 5, 100, 2000):
+            q = (rng.standard_normal(d) * 2).astype(np.float32)
+            k = (rng.standard_normal((s, d)) * 2).astype(np.float32)
+            v = (rng.standard_normal((s, d)) * 2).astype(np.float32)
+            scale = d ** -0.5
+            w = np.exp((k.astype(np.float64) @ q.astype(np.float64)) * scale - ((k.astype(np.float64) @ q) * scale).max())
+            ref = (w / w.sum()) @ v.astype(np.float64)
+            single = np.empty(d)
+            lib("attend_split_c", q, k, v, d, s, 1, ctypes.c_double(scale), single)
+            bound = float(np.abs(v).max())
+            assert np.abs(single - ref).max() <= 1e-13 * bound, (d, s)
+            for chunks in (2, 3, 7, 64):  # 64 > s for small s: empty ranges
+                merged = np.empty(d)
+                lib("attend_split_c", q, k, v, d, s, chunks, ctypes.c_double(scale), merged)
+                assert np.abs(merged - single).max() <= 1e-14 * bound, (d, s, chunks)
+                assert np.abs(merged - ref).max() <= 1e-13 * bound, (d, s, chunks)
+                as_bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).view(torch.int16)  # noqa: E731
+                assert torch.equal(as_bf16(merged), as_bf16(single)), (d, s, chunks)
+
+
 @check("out_api")
 def _out_api(entry, lib):
     rng = np.random.default_rng(31)

@@ -19,7 +19,7 @@ from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, generate_project
 from kernel_harness.validate import validate_kernel
 
 ALL_OPS = tuple(CATALOGUE)
-#: the element-wise and reduction ops (no GEMM/attention kind, so no AMX flags)
+#: The element-wise and reduction ops (their AVX512 unit is built without AMX flags).
 ROWWISE_OPS = tuple(op for op, spec in CATALOGUE.items() if spec.kind in ("elementwise", "reduction"))
 
 

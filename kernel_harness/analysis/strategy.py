@@ -27,7 +27,7 @@ KNOWN_REFERENCE_IDS: frozenset[str] = frozenset(
         "shared-openmp-runtime", "avx512-bf16-dot", "bf16-widen-fma-avx2", "bf16-accumulate-fp32", "fp16-accumulate-fp32",
         "amx-tile-config", "amx-linux-permission", "cpublas-brgemm", "vnni-packing",
         "int8-dequant-gemm", "int8-dequant-gemm-avx2-exact", "int4-dequant-gemm", "level-vectorize", "level-threading",
-        "level-memory-traffic", "level-fusion", "level-algorithm",
+        "level-memory-traffic", "level-fusion", "level-algorithm", "online-softmax-merge", "bf16-correct-rounding",
     }
 )
 
@@ -219,7 +219,8 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
             steps.append("MoE: group tokens by expert first; each expert's GEMM has few rows, pick the path per expert M")
     else:  # attention
         threading = _threading(machine, None, "(batch, head, query block): each thread owns query blocks")
-        decode = gemm_m is not None and gemm_m <= 1
+        # One query per sequence (decode): from the traced shapes, else from the name.
+        decode = gemm_m <= 1 if gemm_m is not None else "decode" in lowered
         attn_path = "amx-brgemm" if dtype == "bf16" and machine.has_flag("amx_bf16") and not decode else (
             "avx512-fma" if widest_tier(machine.has_flag) == "avx512" else "avx2-fma")
         gemm = {"path": attn_path, "why": "QK^T and PV are GEMMs over a block of queries", "amx_min_m": AMX_MIN_M, "m": gemm_m}
@@ -230,16 +231,21 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
         ]
         if decode:
             gemm["why"] = "one query per sequence: q.k and p.v are dot products, bound by reading the KV cache"
-            threading = _threading(machine, None, "(batch, kv head); split the keys across threads when "
-                                                  "batch x kv heads is below the thread count")
+            threading = _threading(machine, None, "(batch, kv head); split the keys into chunks when there are "
+                                                  "fewer pairs than threads, merged by log-sum-exp")
             steps = [
-                "decode (one query token): one pass over the KV cache with an online softmax in fp32 (running "
-                "max, running sum, accumulator of D floats); floor = KV cache bytes / read bandwidth",
+                "decode (one query token): one pass over the KV cache with an online softmax (running max, running "
+                "sum, accumulator of D values); floor = KV cache bytes / read bandwidth; start from the catalogue "
+                "op: new_kernel.py --op decode_attention",
                 "grouped-query attention: serve the H/H_kv query heads of a group together so each kv head's "
                 "cache is read once, not once per query head",
                 "when batch x kv heads is below the thread count, split S into chunks per thread and merge the "
                 "partial (max, sum, acc) exactly: m = max(m1, m2), sum = s1 e^(m1-m) + s2 e^(m2-m), likewise acc",
-                "prefetch the next key/value rows; widen bf16 caches to fp32 in registers",
+                "bf16 outputs are judged to half an ulp of a float64 reference: accumulate in double (the catalogue "
+                "op; fp32 sums round about one output in a few thousand the other way), or in fp32 with a proven "
+                "error bound and exact fix-ups of near-tie outputs",
+                "widen bf16 caches in registers; the hardware prefetchers follow each head's rows (software "
+                "prefetch measured no gain in the catalogue op)",
             ]
         refs += ["cache-blocking", "cpublas-brgemm", "vectorized-exp", "horizontal-max", "horizontal-sum",
                  "omp-row-parallel", "level-fusion", "level-algorithm"]
@@ -247,6 +253,9 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
             refs += ["amx-tile-config", "amx-linux-permission", "vnni-packing"]
         if attn_path == "avx2-fma" and dtype == "bf16":
             refs.append("bf16-widen-fma-avx2")
+        if decode:  # no GEMM blocking left to read about
+            refs = [r for r in refs if r not in ("cpublas-brgemm", "cache-blocking")]
+            refs += ["online-softmax-merge", "bf16-correct-rounding"]
     refs.append("shared-openmp-runtime")
     return {
         "vector": vector,

@@ -78,6 +78,13 @@ CATALOGUE: dict[str, OpSpec] = {
             "linear_int8.op",
             1,
         ),
+        OpSpec(
+            "decode_attention",
+            "attention",
+            "decode_attention(q, k_cache, v_cache, scale, out=None)",
+            "decode_attention.op",
+            1,
+        ),
     )
 }
 
