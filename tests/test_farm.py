@@ -340,13 +340,7 @@ def farm_head(tmp_path_factory):
         assert address.endswith(f":{port}") and f"--address {address}" in " ".join(proc.stdout.split())
         yield {"address": address, "host": address.rpartition(":")[0], "env": env, "state": state}
     finally:
-        _farm(env, "stop", timeout=90)
-        data = state / "node.json"
-        if data.exists():  # stop failed: end exactly the process we started
-            try:
-                os.killpg(json.loads(data.read_text())["pid"], signal.SIGKILL)
-            except (ProcessLookupError, KeyError, ValueError):
-                pass
+        _stop_node(env, state)
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
@@ -572,13 +566,18 @@ def second_node(farm_head, tmp_path_factory):
         assert f"Joined the cluster at {farm_head['address']}" in " ".join(proc.stdout.split())
         yield {"env": env, "state": state}
     finally:
-        _farm(env, "stop", timeout=90)
-        data = state / "node.json"
-        if data.exists():  # stop failed: end exactly the process we started
-            try:
-                os.killpg(json.loads(data.read_text())["pid"], signal.SIGKILL)
-            except (ProcessLookupError, KeyError, ValueError):
-                pass
+        _stop_node(env, state)
+
+
+def _stop_node(env: dict[str, str], state: Path) -> None:
+    """`farm stop`; if that failed, end exactly the process the test started."""
+    _farm(env, "stop", timeout=90)
+    data = state / "node.json"
+    if data.exists():
+        try:
+            os.killpg(json.loads(data.read_text())["pid"], signal.SIGKILL)
+        except (ProcessLookupError, KeyError, ValueError):
+            pass
 
 
 def _head_top() -> str:
