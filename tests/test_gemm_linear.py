@@ -243,3 +243,34 @@ def test_installed_package_loads_in_a_fresh_process(linear_kernel_dir: Path):
     env = {key: v for key, v in os.environ.items() if key not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr
+
+
+def test_avx512_unit_fp32_and_fp16_paths_run_on_an_avx512f_cpu(linear_kernel_dir: Path, tmp_path: Path):
+    """The AVX512 unit, compiled with its own flags into a torch-free C++ driver, on exact data.
+
+    The dispatcher runs the avx512 tier only with AVX512-BF16 (a package-wide
+    requirement), so an AVX512F-only CPU (Ice Lake) would never execute the
+    16-lane code; its fp32 and fp16 paths use no BF16 instruction, so the
+    driver runs them directly (tails, panels, M below MR, both weight layouts).
+    """
+    from kernel_harness.cpu import cpu_flags
+
+    needed = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+    if not needed <= cpu_flags():
+        pytest.skip(f"this CPU lacks {', '.join(sorted(needed - cpu_flags()))}: the AVX512 unit cannot run")
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not on PATH")
+    import tomllib
+
+    build = tomllib.loads((linear_kernel_dir / "build.toml").read_text())
+    flags = build["kernel"][f"{PACKAGE}_cpu_avx512"]["cxx-flags"]
+    src = linear_kernel_dir / f"{PACKAGE}_cpu"
+    driver = Path(__file__).parent / "data" / "linear" / "avx512_fp32_driver.cpp"
+    exe = tmp_path / "driver"
+    compiled = subprocess.run(["g++", "-O2", "-std=c++20", *flags, f"-I{src}", str(driver),
+                               str(src / f"{PACKAGE}_avx512.cpp"), "-o", str(exe)],
+                              capture_output=True, text=True, timeout=600)
+    assert compiled.returncode == 0, compiled.stderr[-4000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "fp32: 0 wrong elements" in run.stdout and "fp16: 0 wrong elements" in run.stdout
