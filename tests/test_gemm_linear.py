@@ -185,6 +185,16 @@ def test_leading_dims_out_and_fp16(kernel, force_tier, tier):
     assert torch.equal(out, ref)
 
 
+def test_empty_dimensions_follow_f_linear(kernel):
+    """K = 0: the bias alone (or zeros); M = 0 or N = 0: an empty result."""
+    w = torch.empty(5, 0)
+    b = torch.arange(5.0)
+    assert torch.equal(kernel.linear(torch.empty(3, 0), w, b), F.linear(torch.empty(3, 0), w, b))
+    assert torch.equal(kernel.linear(torch.empty(3, 0), w), torch.zeros(3, 5))
+    assert kernel.linear(torch.empty(0, 4), torch.ones(5, 4)).shape == (0, 5)
+    assert kernel.linear(torch.ones(2, 4), torch.empty(0, 4)).shape == (2, 0)
+
+
 # ---------------------------------------------------------------- prepack
 
 
