@@ -36,13 +36,10 @@ BUILD_TIMEOUT_S = 30 * 60
 _DONE_MARKER = ".harness-build-ok"
 
 
-#: Kinds kept out of the shared build: a gemm/attention op switches the package's AVX512
-#: flags (AMX) for every op; those ops build their own package (tests/test_gemm_*.py).
-SEPARATELY_BUILT_KINDS = ("gemm", "attention")
-
-
 def catalogue_options(directory: Path) -> ScaffoldOptions:
-    ops = tuple(op for op, spec in CATALOGUE.items() if spec.kind not in SEPARATELY_BUILT_KINDS)
+    # The GEMM/attention ops build their own packages in their tests (a gemm op would also
+    # switch the package to the gemm kind's flags and rebuild this one for every session).
+    ops = tuple(op for op, spec in CATALOGUE.items() if spec.kind not in ("gemm", "attention"))
     return ScaffoldOptions(ops=ops, name=CATALOGUE_PACKAGE, directory=directory, force=True)
 
 
@@ -52,6 +49,8 @@ def _builder_fingerprint() -> list[Path]:
     build_pkg = PROJECT_ROOT / "kernel_harness" / "build"
     if build_pkg.is_dir():
         files.extend(sorted(build_pkg.glob("*.py")))
+    # the builder embeds the tier unit hashes this module computes (tier_units.json)
+    files.append(PROJECT_ROOT / "kernel_harness" / "portability" / "units.py")
     return [f for f in files if f.is_file()]
 
 

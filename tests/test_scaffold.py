@@ -19,7 +19,7 @@ from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, generate_project
 from kernel_harness.validate import validate_kernel
 
 ALL_OPS = tuple(CATALOGUE)
-#: Ops whose package needs no AMX flags (gemm/attention kinds add them).
+#: the element-wise and reduction ops (no GEMM/attention kind, so no AMX flags)
 ROWWISE_OPS = tuple(op for op, spec in CATALOGUE.items() if spec.kind in ("elementwise", "reduction"))
 
 

@@ -176,9 +176,6 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
         steps = [why, "block K and N so the weight panel stays in L2 (cache blocking)",
                  "accumulate in fp32; convert to the output dtype once per tile"]
         refs += ["cpublas-brgemm", "cache-blocking", "level-algorithm", "omp-row-parallel"]
-        if m is not None and m <= 8:
-            steps.append(f"M = {m} (decode): bandwidth-bound, stream the weight once (threads split N, several "
-                         "weight rows per block, independent FMA accumulators); floor = weight bytes / read bandwidth")
         if "linear" in lowered:
             steps.append("the catalogue op linear (new_kernel.py --op linear) is complete in every tier: a dot path "
                          "for the plain weight, prepack's k-major panels for the register-blocked micro-kernel "
