@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make setup                                   create .venv (torch pinned first), install the project and system packages"
-	@echo "make demo [OP=rms_norm|softmax|silu_and_mul]  run the procedure end to end"
+	@echo "make demo [OP=rms_norm|softmax|silu_and_mul|linear]  run the procedure end to end"
 	@echo "make test                                    run the full test suite"
 
 $(PY):

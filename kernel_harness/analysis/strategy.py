@@ -197,6 +197,10 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
         steps = [why, "block K and N so the weight panel stays in L2 (cache blocking)",
                  "accumulate in fp32; convert to the output dtype once per tile"]
         refs += ["cpublas-brgemm", "cache-blocking", "level-algorithm", "omp-row-parallel"]
+        if "linear" in lowered:
+            steps.append("the catalogue op linear (new_kernel.py --op linear) is complete in every tier: a dot path "
+                         "for the plain weight, prepack's k-major panels for the register-blocked micro-kernel "
+                         "(examples/linear/README.md)")
         if path == "amx-brgemm":
             refs += ["amx-tile-config", "amx-linux-permission", "vnni-packing"]
         if path == "avx512-bf16-dot" or dtype == "bf16":

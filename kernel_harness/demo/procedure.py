@@ -27,7 +27,7 @@ from ..trials.model import side_by_side, speedup_label
 from .recipe import Recipe, apply_defines, load_recipe
 from .runner import DemoRunner
 
-EXAMPLE_OPS = ("rms_norm", "silu_and_mul", "softmax")
+EXAMPLE_OPS = ("rms_norm", "silu_and_mul", "softmax", "linear")
 
 
 @dataclass

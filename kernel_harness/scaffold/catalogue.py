@@ -71,6 +71,7 @@ CATALOGUE: dict[str, OpSpec] = {
         OpSpec("gelu_and_mul", "elementwise", "gelu_and_mul(x, out=None)", "gelu_and_mul.op", 1),
         OpSpec("softmax", "reduction", "softmax(x, out=None)", "softmax.op", 1),
         OpSpec("layer_norm", "reduction", "layer_norm(x, weight, bias, eps=1e-5, out=None)", "layer_norm.op", 1),
+        OpSpec("linear", "gemm", "linear(x, weight, bias=None, out=None); prepack(weight)", "linear.op", 1),
         OpSpec(
             "linear_int8",
             "gemm",
