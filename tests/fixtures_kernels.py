@@ -28,7 +28,8 @@ from kernel_harness.config import load_config
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, plan_project, write_project
 
-__all__ = ["CATALOGUE_PACKAGE", "build_catalogue_kernel", "catalogue_kernel_dir"]
+__all__ = ["CATALOGUE_PACKAGE", "GEMM_OPS", "GEMM_PACKAGE", "build_catalogue_kernel", "catalogue_kernel_dir",
+           "gemm_kernel_dir"]
 
 CATALOGUE_PACKAGE = "harness_catalogue"
 CACHE_ROOT = Path(os.environ.get("KERNEL_HARNESS_TEST_CACHE", Path.home() / ".cache" / "kernel_harness" / "test-kernels"))
@@ -55,11 +56,22 @@ def _builder_fingerprint() -> list[Path]:
     return [f for f in files if f.is_file()]
 
 
-def catalogue_digest(build_command: str) -> str:
-    """Content hash of everything that decides the built catalogue kernel."""
+#: The GEMM/attention catalogue ops, built together in one package of their own (their
+#: kinds switch a package's AVX512 flags, so they stay out of the catalogue build).
+GEMM_PACKAGE = "harness_gemm"
+GEMM_OPS = ("linear", "linear_int8", "decode_attention")
+
+
+def gemm_options(directory: Path) -> ScaffoldOptions:
+    return ScaffoldOptions(ops=GEMM_OPS, name=GEMM_PACKAGE, directory=directory, force=True)
+
+
+def package_digest(options: ScaffoldOptions, build_command: str) -> str:
+    """Content hash of everything that decides a built package: its generated sources,
+    the builder's own code, the build command, torch and Python."""
     import torch
 
-    plan = plan_project(catalogue_options(Path("unused")))
+    plan = plan_project(options)
     digest = hashlib.sha256()
     for rel in sorted(plan.files):
         digest.update(rel.encode() + b"\0" + plan.files[rel].encode() + b"\0")
@@ -69,22 +81,28 @@ def catalogue_digest(build_command: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_catalogue_kernel() -> Path:
-    """Generate and build the catalogue kernel (or reuse the cached build); return its directory."""
+def catalogue_digest(build_command: str) -> str:
+    """Content hash of everything that decides the built catalogue kernel."""
+    return package_digest(catalogue_options(Path("unused")), build_command)
+
+
+def build_cached_package(make_options, what: str) -> Path:
+    """Generate and build the package ``make_options(directory)`` describes, or reuse the
+    cached build of the same content; return its directory."""
     if not (SCRIPTS_DIR / "build_kernel.py").is_file():
         pytest.skip(
-            "scripts/build_kernel.py does not exist yet, so the catalogue kernel cannot be built; "
+            "scripts/build_kernel.py does not exist yet, so the kernel cannot be built; "
             "the C++ tests need the builder."
         )
     config = load_config()
-    digest = catalogue_digest(config.build_command)
+    digest = package_digest(make_options(Path("unused")), config.build_command)
     directory = CACHE_ROOT / digest
     with exclusive_lock(CACHE_ROOT / f"{digest}.lock"):
         if (directory / _DONE_MARKER).is_file():
             return directory
         if directory.exists():
             shutil.rmtree(directory)  # a half-finished earlier attempt
-        write_project(plan_project(catalogue_options(directory)), force=True)
+        write_project(plan_project(make_options(directory)), force=True)
         proc = subprocess.run(
             config.build_command,
             shell=True,
@@ -96,7 +114,7 @@ def build_catalogue_kernel() -> Path:
         if proc.returncode != 0:
             output = (proc.stdout + "\n" + proc.stderr).strip()
             pytest.fail(
-                f"Building the catalogue kernel in {directory} with `{config.build_command}` failed "
+                f"Building {what} in {directory} with `{config.build_command}` failed "
                 f"(exit {proc.returncode}):\n{output[-6000:]}",
                 pytrace=False,
             )
@@ -104,7 +122,19 @@ def build_catalogue_kernel() -> Path:
     return directory
 
 
+def build_catalogue_kernel() -> Path:
+    """Generate and build the catalogue kernel (or reuse the cached build); return its directory."""
+    return build_cached_package(catalogue_options, "the catalogue kernel")
+
+
 @pytest.fixture(scope="session")
 def catalogue_kernel_dir() -> Path:
     """Path of the generated and built kernel holding every catalogue op (package harness_catalogue)."""
     return build_catalogue_kernel()
+
+
+@pytest.fixture(scope="session")
+def gemm_kernel_dir() -> Path:
+    """The generated and built package holding linear (+ prepack), linear_int8 and
+    decode_attention (package harness_gemm): one build shared by their test files."""
+    return build_cached_package(gemm_options, "the GEMM/attention kernel")

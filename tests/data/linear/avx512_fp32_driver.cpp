@@ -10,9 +10,9 @@
 #include <cstring>
 #include <vector>
 
-#include "harness_linear_tiers.hpp"
+#include "harness_gemm_tiers.hpp"
 
-using namespace harness_linear_cpu;
+using namespace harness_gemm_cpu;
 
 static uint16_t to_half(float f) {  // exact for the small values used here
   _Float16 h = static_cast<_Float16>(f);
