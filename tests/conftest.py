@@ -18,6 +18,16 @@ except ImportError:  # pragma: no cover - only while the fixture module does not
     pass
 
 
+@pytest.fixture(autouse=True)
+def _no_tier_forced_by_an_earlier_test(monkeypatch):
+    """Every test starts with the dispatcher's own choice: a KERNEL_CPU_ISA / KERNEL_CPU_MASK
+    left in os.environ by an earlier test (some write it directly inside a monkeypatched
+    one) would reach the scripts this test runs and force or refuse a tier there (a
+    publish check failed so in the full suite, never alone)."""
+    monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+
+
 def run_script(name: str, *args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``python scripts/<name>.py`` from ``cwd`` exactly as the procedure does."""
     full_env = dict(os.environ)
