@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -147,7 +146,7 @@ def test_bf16_decode_is_the_rounded_float64_result_where_fp32_sums_are_not(kerne
 def test_fp32_agrees_with_dequantise_then_linear(kernel, tier_env):
     """The speed baseline's own semantics: within fp32's tolerance of F.linear on the dequantised weight."""
     for tier in [t for t in TIERS if has_isa(t)]:
-        os.environ["KERNEL_CPU_ISA"] = tier
+        tier_env(tier)  # through monkeypatch: restored after the test
         torch.manual_seed(3)
         x = torch.randn(9, 300)
         q = torch.randint(-128, 128, (45, 300), dtype=torch.int8)
@@ -158,9 +157,8 @@ def test_fp32_agrees_with_dequantise_then_linear(kernel, tier_env):
 
 
 def test_out_parameter_and_empty_sums(kernel, tier_env):
-    tier_env("generic")
     for tier in [t for t in TIERS if has_isa(t)]:
-        os.environ["KERNEL_CPU_ISA"] = tier
+        tier_env(tier)
         x = torch.randn(2, 3, 40, dtype=torch.bfloat16)
         q = torch.randint(-128, 128, (6, 40), dtype=torch.int8)
         s = torch.rand(6)
