@@ -25,11 +25,12 @@ import pytest
 
 from kernel_harness.atomic import atomic_write_text, exclusive_lock
 from kernel_harness.config import load_config
+from kernel_harness.cpu import has_isa, skip_reason
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, plan_project, write_project
 
 __all__ = ["CATALOGUE_PACKAGE", "GEMM_OPS", "GEMM_PACKAGE", "build_catalogue_kernel", "catalogue_kernel_dir",
-           "gemm_kernel_dir"]
+           "force_tier", "gemm_kernel_dir"]
 
 CATALOGUE_PACKAGE = "harness_catalogue"
 CACHE_ROOT = Path(os.environ.get("KERNEL_HARNESS_TEST_CACHE", Path.home() / ".cache" / "kernel_harness" / "test-kernels"))
@@ -138,3 +139,18 @@ def gemm_kernel_dir() -> Path:
     """The generated and built package holding linear (+ prepack), linear_int8 and
     decode_attention (package harness_gemm): one build shared by their test files."""
     return build_cached_package(gemm_options, "the GEMM/attention kernel")
+
+
+@pytest.fixture
+def force_tier(monkeypatch):
+    """``force_tier(tier)`` runs the rest of the test on that SIMD tier (the generated
+    dispatcher reads KERNEL_CPU_ISA at every call; monkeypatch restores it), or skips
+    the test with the missing flags where this CPU cannot run the tier."""
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+
+    def force(tier: str) -> None:
+        if not has_isa(tier):
+            pytest.skip(skip_reason(tier))
+        monkeypatch.setenv("KERNEL_CPU_ISA", tier)
+
+    return force

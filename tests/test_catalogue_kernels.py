@@ -48,19 +48,6 @@ def kernel(catalogue_kernel_dir: Path):
     return kernels.get_local_kernel(Path(catalogue_kernel_dir))
 
 
-@pytest.fixture
-def tier_env(monkeypatch):
-    """Force a tier for the duration of one test (the dispatcher reads the env per call)."""
-    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
-
-    def force(tier: str) -> None:
-        if not has_isa(tier):
-            pytest.skip(f"this CPU lacks the {tier} tier (kernel_harness.cpu.has_isa({tier!r}) is False)")
-        monkeypatch.setenv("KERNEL_CPU_ISA", tier)
-
-    return force
-
-
 # ---------------------------------------------------------------- references
 
 def make_case(op: str, dtype: torch.dtype, rows: int, cols: int, gen: torch.Generator):
@@ -124,8 +111,8 @@ def assert_close(out, ref, dtype: torch.dtype, extra, where: str) -> None:
 @pytest.mark.parametrize("dtype_name", list(DTYPES))
 @pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("op", OPS)
-def test_op_matches_pytorch(kernel, tier_env, op, tier, dtype_name):
-    tier_env(tier)
+def test_op_matches_pytorch(kernel, force_tier, op, tier, dtype_name):
+    force_tier(tier)
     dtype = DTYPES[dtype_name]
     gen = torch.Generator().manual_seed(1234)
     for rows in ROWS:
@@ -135,8 +122,8 @@ def test_op_matches_pytorch(kernel, tier_env, op, tier, dtype_name):
             assert_close(call(kernel), ref, dtype, extra, f"{op} {tier} {dtype_name} {rows}x{cols}")
 
 
-def test_three_dim_input_is_flattened_into_rows(kernel, tier_env):
-    tier_env("generic")
+def test_three_dim_input_is_flattened_into_rows(kernel, force_tier):
+    force_tier("generic")
     x = torch.randn(3, 5, 64)
     w = torch.randn(64)
     for tier in [t for t in TIERS if has_isa(t)]:
@@ -147,8 +134,8 @@ def test_three_dim_input_is_flattened_into_rows(kernel, tier_env):
 
 # ---------------------------------------------------------------- API
 
-def test_out_parameter_writes_in_place(kernel, tier_env):
-    tier_env("generic")
+def test_out_parameter_writes_in_place(kernel, force_tier):
+    force_tier("generic")
     for tier in [t for t in TIERS if has_isa(t)]:
         os.environ["KERNEL_CPU_ISA"] = tier
         x = torch.randn(4, 100, dtype=torch.bfloat16)
@@ -171,8 +158,8 @@ def test_out_parameter_writes_in_place(kernel, tier_env):
         assert torch.equal(y, ref_y) and torch.equal(h, ref_h)
 
 
-def test_add_rms_norm_leaves_inputs_unchanged(kernel, tier_env):
-    tier_env("generic")
+def test_add_rms_norm_leaves_inputs_unchanged(kernel, force_tier):
+    force_tier("generic")
     x, r, w = torch.randn(8, 96), torch.randn(8, 96), torch.randn(96)
     x0, r0 = x.clone(), r.clone()
     for tier in [t for t in TIERS if has_isa(t)]:
@@ -255,14 +242,14 @@ def test_asking_for_a_tier_the_cpu_lacks_is_a_clear_error(kernel, monkeypatch):
         kernel.softmax(x)
 
 
-def test_softmax_of_very_negative_logits_keeps_denormals(kernel, tier_env):
+def test_softmax_of_very_negative_logits_keeps_denormals(kernel, force_tier):
     """exp(x - max) below FLT_MIN must give the denormal, not 0 (bf16 shares fp32's range).
 
     bf16 is correctly rounded, so bit for bit; fp32's fast path (vexp_fast) is
     within 4.5e-7 relative, which below FLT_MIN can be one unit of the
     denormal grid — but never a flush to 0.
     """
-    tier_env("generic")
+    force_tier("generic")
     x = torch.tensor([[0.0, -88.0, -95.0, -100.0, -200.0, float("-inf")] + [-300.0] * 20])
     ref = torch.softmax(x.double(), -1)
     for tier in [t for t in TIERS if has_isa(t)]:
@@ -278,10 +265,10 @@ def test_softmax_of_very_negative_logits_keeps_denormals(kernel, tier_env):
                 torch.testing.assert_close(out.double(), ref, rtol=1e-6, atol=2e-45, msg=where)
 
 
-def test_softmax_fp32_over_the_whole_exp_range(kernel, tier_env):
+def test_softmax_fp32_over_the_whole_exp_range(kernel, force_tier):
     """fp32 softmax (vexp_fast: one-constant range reduction, whose error grows with |x - max|) stays
     within 2e-6 relative of float64 for x - max from -104 to 0, in every tier; the procedure allows 1e-5."""
-    tier_env("generic")
+    force_tier("generic")
     cols = 4096 + 13
     x = torch.stack([torch.linspace(-104.0, 0.0, cols), torch.linspace(-87.0, 0.0, cols).flip(0),
                      torch.linspace(-20.0, 0.0, cols)])
@@ -341,7 +328,7 @@ def _rms_norm_rows_that_test_the_fast_paths(dtype: torch.dtype) -> list[tuple[to
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_rms_norm_is_the_correctly_rounded_float64_result(kernel, tier_env, dtype):
+def test_rms_norm_is_the_correctly_rounded_float64_result(kernel, force_tier, dtype):
     """bf16/fp16 rms_norm equals the float64 reference rounded once, bit for bit, in every tier.
 
     The SIMD tiers sum squares in fp32 and settle suspect lanes from an error
@@ -350,7 +337,7 @@ def test_rms_norm_is_the_correctly_rounded_float64_result(kernel, tier_env, dtyp
     too large: these rows reach every branch of that (ambiguous lanes, sums
     outside the fast range, zeros, denormals, huge weights, a zero eps).
     """
-    tier_env("generic")
+    force_tier("generic")
     w_gen = torch.Generator().manual_seed(8)
     for x, eps, w_scale in _rms_norm_rows_that_test_the_fast_paths(dtype):
         w = ((1 + 0.1 * torch.randn(x.shape[-1], generator=w_gen, dtype=torch.float64)) * w_scale).to(dtype)
@@ -363,11 +350,11 @@ def test_rms_norm_is_the_correctly_rounded_float64_result(kernel, tier_env, dtyp
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_silu_and_mul_edge_values_are_correctly_rounded(kernel, tier_env, dtype):
+def test_silu_and_mul_edge_values_are_correctly_rounded(kernel, force_tier, dtype):
     """silu(a) * b equals the float64 result rounded once, bit for bit, on the values the fast path
     cannot round itself: silu below fp32's normal range (its table entry is NaN), NaN and inf inputs,
     zeros, and products that land below FLT_MIN."""
-    tier_env("generic")
+    force_tier("generic")
     gen = torch.Generator().manual_seed(5)
     d = 4096 + 13
     a = 3.0 * torch.randn(8, d, generator=gen, dtype=torch.float64)
@@ -393,9 +380,9 @@ def test_empty_inputs(kernel):
     assert kernel.silu_and_mul(torch.empty(3, 0)).shape == (3, 0)
 
 
-def test_threads_follow_torch_set_num_threads(kernel, tier_env):
+def test_threads_follow_torch_set_num_threads(kernel, force_tier):
     """Results do not depend on the thread count (rows are independent)."""
-    tier_env("generic")
+    force_tier("generic")
     best = kernel.available_tiers()[-1]
     os.environ["KERNEL_CPU_ISA"] = best
     x = torch.randn(256, 4096, dtype=torch.bfloat16)

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from fixtures_kernels import GEMM_PACKAGE
 from kernel_harness.correctness import compare_outputs
-from kernel_harness.cpu import cpu_flags, has_isa, skip_reason
+from kernel_harness.cpu import cpu_flags, has_isa
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project
 
@@ -55,18 +55,6 @@ def kernel(int8_kernel_dir: Path):
     import kernels
 
     return kernels.get_local_kernel(Path(int8_kernel_dir))
-
-
-@pytest.fixture
-def tier_env(monkeypatch):
-    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
-
-    def force(tier: str) -> None:
-        if not has_isa(tier):
-            pytest.skip(skip_reason(tier))
-        monkeypatch.setenv("KERNEL_CPU_ISA", tier)
-
-    return force
 
 
 def _baseline():
@@ -116,10 +104,10 @@ def test_new_kernel_cli_generates_it_complete_in_every_tier(tmp_path: Path):
 # ---------------------------------------------------------------- correctness
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_every_tier_matches_the_float64_reference(kernel, tier_env, tier):
+def test_every_tier_matches_the_float64_reference(kernel, force_tier, tier):
     """Every correctness case of the example (fp32/bf16/fp16, tails in M, N, K,
     3-d x, with and without bias) equals the float64 reference under the strict rule."""
-    tier_env(tier)
+    force_tier(tier)
     base = _baseline()
     torch.manual_seed(21)
     for inputs in base.get_correctness_inputs():
@@ -131,10 +119,10 @@ def test_every_tier_matches_the_float64_reference(kernel, tier_env, tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_bf16_decode_is_the_rounded_float64_result_where_fp32_sums_are_not(kernel, tier_env, tier):
+def test_bf16_decode_is_the_rounded_float64_result_where_fp32_sums_are_not(kernel, force_tier, tier):
     """At M = 16, N = K = 4096 the fp32 reference (dequantise, F.linear) rounds some
     outputs to the other bf16 neighbour; the kernel equals the float64 result bit for bit."""
-    tier_env(tier)
+    force_tier(tier)
     base = _baseline()
     torch.manual_seed(5)
     x, q, s, b = base.make_inputs((16, 4096), 4096, True, torch.bfloat16)
@@ -143,10 +131,10 @@ def test_bf16_decode_is_the_rounded_float64_result_where_fp32_sums_are_not(kerne
     assert not torch.equal(base.run_baseline(x, q, s, b), truth)  # why fp32 sums were not enough
 
 
-def test_fp32_agrees_with_dequantise_then_linear(kernel, tier_env):
+def test_fp32_agrees_with_dequantise_then_linear(kernel, force_tier):
     """The speed baseline's own semantics: within fp32's tolerance of F.linear on the dequantised weight."""
     for tier in [t for t in TIERS if has_isa(t)]:
-        tier_env(tier)  # through monkeypatch: restored after the test
+        force_tier(tier)  # through monkeypatch: restored after the test
         torch.manual_seed(3)
         x = torch.randn(9, 300)
         q = torch.randint(-128, 128, (45, 300), dtype=torch.int8)
@@ -156,9 +144,9 @@ def test_fp32_agrees_with_dequantise_then_linear(kernel, tier_env):
         torch.testing.assert_close(kernel.linear_int8(x, q, s, b), ref, atol=1e-6, rtol=1e-5)
 
 
-def test_out_parameter_and_empty_sums(kernel, tier_env):
+def test_out_parameter_and_empty_sums(kernel, force_tier):
     for tier in [t for t in TIERS if has_isa(t)]:
-        tier_env(tier)
+        force_tier(tier)
         x = torch.randn(2, 3, 40, dtype=torch.bfloat16)
         q = torch.randint(-128, 128, (6, 40), dtype=torch.int8)
         s = torch.rand(6)

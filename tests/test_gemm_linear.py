@@ -28,7 +28,6 @@ import torch
 import torch.nn.functional as F
 
 from fixtures_kernels import GEMM_PACKAGE
-from kernel_harness.cpu import has_isa, missing_flags
 from kernel_harness.paths import SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
 
@@ -56,18 +55,6 @@ def kernel(linear_kernel_dir: Path):
     import kernels
 
     return kernels.get_local_kernel(linear_kernel_dir)
-
-
-@pytest.fixture
-def force_tier(monkeypatch):
-    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
-
-    def force(tier: str) -> None:
-        if not has_isa(tier):
-            pytest.skip(f"this CPU lacks the {tier} tier (missing {', '.join(missing_flags(tier))})")
-        monkeypatch.setenv("KERNEL_CPU_ISA", tier)
-
-    return force
 
 
 def _exact(gen: torch.Generator, *shape: int, scale: float) -> torch.Tensor:
