@@ -73,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "checkout): checked the same way and timed in the same interleaved rounds on "
                         "the same fresh inputs; reports vs_against (its median / the candidate's, "
                         "with an interval: > 1 means the candidate is faster)")
+    p.add_argument("--against-precision", type=float, default=100 * BenchOptions.against_precision,
+                   metavar="PCT",
+                   help="with --against: add rounds until the ratio's 95 %% interval lies within PCT %% "
+                        f"of it (default {100 * BenchOptions.against_precision:g})")
+    p.add_argument("--against-max-s", type=float, default=BenchOptions.against_max_s, metavar="S",
+                   help="with --against: stop adding rounds after S seconds of timing (default "
+                        f"{BenchOptions.against_max_s:g}; 0 keeps the usual --rounds)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the run's input seeds (default: random, so nothing can be precomputed)")
     add_cluster_options(p)
@@ -82,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("atol", "rtol", "baseline_us", "timeout", "tolerance"):
+    for name in ("atol", "rtol", "baseline_us", "timeout", "tolerance", "against_max_s"):
         value = getattr(args, name)
         if value is not None and not value >= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be a non-negative number, not {value}.")
@@ -98,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dispatch_tolerance_pct=args.tolerance, rounds=args.rounds, calls_per_round=args.calls,
         timing_processes=args.processes,
         threads=args.threads, seed=args.seed, against=args.against,
+        against_precision=args.against_precision / 100, against_max_s=args.against_max_s,
     )
     bench = Benchmark(options)
     try:

@@ -45,3 +45,12 @@ def run_script(name: str, *args: str, cwd: Path, env: dict | None = None, timeou
 @pytest.fixture
 def script():
     return run_script
+
+
+@pytest.fixture
+def bench_kernels(monkeypatch):
+    """The test kernels of tests/data/bench_kernels importable in this process (run_bench
+    runs the CLI here) and in the benchmark's worker processes (PYTHONPATH)."""
+    kernels = PROJECT_ROOT / "tests" / "data" / "bench_kernels"
+    monkeypatch.setenv("PYTHONPATH", str(kernels))
+    monkeypatch.syspath_prepend(str(kernels))

@@ -26,10 +26,7 @@ STABLE_KEYS = {"correct", "failures", "baseline_us", "kernel_us", "speedup", "iq
                "pinned", "tiers", "acceptance_rule", "aten_ops", "versions", "machine"}
 
 
-@pytest.fixture(autouse=True)
-def _kernels_on_path(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(KERNELS))
-    monkeypatch.syspath_prepend(str(KERNELS))
+pytestmark = pytest.mark.usefixtures("bench_kernels")
 
 
 # --------------------------------------------------------------------------- honest kernels

@@ -10,9 +10,7 @@ import pytest
 from bench_helpers import FAST, KERNELS, RMS, checks, run_bench, run_bench_subprocess
 
 
-@pytest.fixture(autouse=True)
-def _kernels_on_path(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(KERNELS))
+pytestmark = pytest.mark.usefixtures("bench_kernels")
 
 
 def _attack(tmp_path, package, *extra, expect_code=1):

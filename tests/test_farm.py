@@ -367,7 +367,9 @@ def three_runs(farm_head, catalogue_kernel_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("three-runs")
     # the third is an --all-cpu-classes run: one job per class (one class here), written as run2.<class>.json
     # the second times the same build --against itself where benchmark_cpu.py has --against (issue 19)
-    extra = {1: ["--against", str(catalogue_kernel_dir)] if _has_against() else [], 2: ["--all-cpu-classes"]}
+    # (its rounds kept to the usual ones: --against-max-s 0 travels to the node like any flag)
+    extra = {1: ["--against", str(catalogue_kernel_dir), "--against-max-s", "0"] if _has_against() else [],
+             2: ["--all-cpu-classes"]}
     # the third sets OMP_NUM_THREADS=1 in the driver's shell: the node must time one thread, as locally
     envs = {2: {**farm_head["env"], "OMP_NUM_THREADS": "1"}}
     procs = [_bench(farm_head, catalogue_kernel_dir, out / f"run{i}.json", *extra.get(i, []), env=envs.get(i))
@@ -403,6 +405,8 @@ def test_against_ships_the_other_build_and_names_the_local_one(three_runs, catal
     vs = report["vs_against"]
     assert vs is not None and vs["against"] == str(catalogue_kernel_dir) and vs["ratio"] > 0
     assert report["remote"]["node_paths"]["against"] != vs["against"]
+    # --against-max-s 0 reached the node: only the usual rounds ran there
+    assert vs["rounds"]["stopped"] == "disabled" and vs["rounds"]["added_rounds"] == 0
     if vs.get("against_build_id") is not None:
         assert vs["against_build_id"] == report["kernel_build"]["build_id"]
 

@@ -44,6 +44,10 @@ class BenchOptions:
     sweep_rounds: int = 3
     seed: int | None = None  # run seed; random by default so nothing can be precomputed
     against: str | None = None  # another build (directory or package) timed side by side (--against)
+    # --against adds rounds until the ratio's interval is this tight (relative half-width) ...
+    against_precision: float = 0.02
+    # ... or this many seconds of timing are spent (0: only the usual rounds)
+    against_max_s: float = 90.0
 
 
 @dataclass
@@ -118,6 +122,8 @@ class BenchResult:
     against_build: dict[str, Any] | None = None
     against_failures: list[Failure] = field(default_factory=list)
     vs_against: dict[str, Any] | None = None
+    # the rounds --against added and why it stopped (against.extend_against)
+    against_extension: dict[str, Any] | None = None
 
 
 #: Spot rounds this far (relative) from a cached baseline earn a note: two

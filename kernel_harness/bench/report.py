@@ -116,7 +116,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
             "baseline_spot": result.baseline_spot.summary() if result.baseline_spot else None,
             "kernel": result.kernel.summary() if result.kernel else None,
             "calls_per_round": result.calls_per_round,
-            "rounds": o.rounds,
+            "rounds": len(result.kernel.rounds) if result.kernel else o.rounds,
             "processes_per_side": result.timing_processes,
             "cold": o.cold,
             "verified_timed_calls": result.verified_calls,
@@ -333,6 +333,14 @@ def _print_timing(payload: dict[str, Any], console: Console) -> None:
         console.print(f"[bold]side by side with --against {vs['against']}: {vs['ratio']:.3f}x{interval}: "
                       f"{vs['verdict']}[/bold] (against {vs['against_us']:.2f} us, candidate "
                       f"{vs['candidate_us']:.2f} us; > 1 means the candidate is faster)")
+        ext = vs.get("rounds")
+        if ext and ext["stopped"] != "disabled":
+            why = (f"its interval was within +-{100 * ext['precision']:g} %" if ext["stopped"] == "precise"
+                   else f"--against-max-s {ext['max_s']:g} s of timing was spent, the interval still "
+                        f"+-{100 * (ext['half_width'] or 0):.1f} % (a difference smaller than that is not "
+                        "resolved: rerun, or raise --against-max-s)")
+            console.print(f"  {ext['rounds']} rounds ({ext['added_rounds']} added for the comparison, "
+                          f"{ext['seconds']:.0f} s of timing), stopped because {why}")
     tp = payload["throughput"]
     if tp:
         parts = []

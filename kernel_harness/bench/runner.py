@@ -79,6 +79,9 @@ def validate_options(o: BenchOptions) -> None:
         o.oracle = "fp64"
     if o.rounds < 1 or (o.calls_per_round is not None and o.calls_per_round < 1):
         raise UsageError("--rounds and --calls must be at least 1.")
+    if not 0 < o.against_precision < 1:
+        raise UsageError(f"--against-precision {100 * o.against_precision:g}: give the interval's wanted "
+                         "half-width as a percentage between 0 and 100 (default 2).")
     if not 1 <= o.timing_processes <= 4:
         raise UsageError(f"--processes {o.timing_processes}: use 1 to 4 worker processes per side "
                          "(each one costs a torch import, ~2 s).")

@@ -112,7 +112,7 @@ class Speedup:
 
 
 def speedup(baseline: Measurement, kernel: Measurement, *, confidence: float = 0.95,
-            resamples: int = 2000, seed: int = 0) -> Speedup:
+            resamples: int = 2000, seed: int = 0, floor: float = REPRODUCIBILITY_FLOOR) -> Speedup:
     """baseline median / kernel median over all calls, with a bootstrap interval that
     resamples paired rounds (a baseline round and the kernel round next to it).
 
@@ -123,9 +123,10 @@ def speedup(baseline: Measurement, kernel: Measurement, *, confidence: float = 0
     the rounds ran on several worker-process pairs (``groups``, --processes),
     the process pairs are drawn with replacement first, then rounds within each,
     so a process's own performance regime widens the interval instead of
-    biasing it.  Finally the interval is widened to at least
-    ``REPRODUCIBILITY_FLOOR`` on each side: differences smaller than the
-    harness's measured run-to-run spread are "no measurable difference".
+    biasing it.  Finally the interval is widened to at least ``floor``
+    (``REPRODUCIBILITY_FLOOR`` unless told) on each side: differences smaller
+    than the harness's measured run-to-run spread are "no measurable
+    difference".  Each side's rounds keep their own number of calls.
     ``paired`` (the median over pairs of the per-pair ratio) is reported
     alongside.
     """
@@ -137,9 +138,10 @@ def speedup(baseline: Measurement, kernel: Measurement, *, confidence: float = 0
     paired = float(numpy.median(ratios))
     if len(pairs) < 3:
         return Speedup(value, None, None, confidence, paired)
-    n = min(min(len(b), len(k)) for b, k, _ in pairs)
-    base = numpy.array([b[:n] for b, _, _ in pairs], dtype=numpy.float64)
-    kern = numpy.array([k[:n] for _, k, _ in pairs], dtype=numpy.float64)
+    nb = min(len(b) for b, _, _ in pairs)
+    nk = min(len(k) for _, k, _ in pairs)
+    base = numpy.array([b[:nb] for b, _, _ in pairs], dtype=numpy.float64)
+    kern = numpy.array([k[:nk] for _, k, _ in pairs], dtype=numpy.float64)
     rng = numpy.random.default_rng(seed)
     members = [numpy.array([i for i, (_, _, g) in enumerate(pairs) if g == group])
                for group in sorted({g for _, _, g in pairs})]
@@ -153,8 +155,8 @@ def speedup(baseline: Measurement, kernel: Measurement, *, confidence: float = 0
             / numpy.median(kern[picks].reshape(resamples, -1), axis=1))
     tail = (1.0 - confidence) / 2
     low, high = numpy.quantile(boot, [tail, 1 - tail])
-    low = min(float(low), value / (1 + REPRODUCIBILITY_FLOOR))
-    high = max(float(high), value * (1 + REPRODUCIBILITY_FLOOR))
+    low = min(float(low), value / (1 + floor))
+    high = max(float(high), value * (1 + floor))
     return Speedup(value, low, high, confidence, paired)
 
 

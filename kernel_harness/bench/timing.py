@@ -12,10 +12,11 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import time
 from typing import Any
 
 from . import stats, tree
-from .against import compare_against
+from .against import compare_against, extend_against
 from .checking import Checker
 from .conditions import RunQueueSampler, Watch, load_average
 from .options import DRIFT_NOTE, MAX_COLD_SETS, BenchResult, baseline_drift, spot_rounds
@@ -114,7 +115,9 @@ def run_timing(session: Session, checker: Checker) -> None:
     kernel_at_spots = stats.Measurement("kernel at spot rounds")
     base = stats.Measurement("baseline")
     against = stats.Measurement("against")
-    spots = spot_rounds(o.rounds) if cached else set(range(o.rounds))
+    # a cached baseline runs in a few spot rounds only; otherwise in every round,
+    # including the rounds --against adds
+    spots = spot_rounds(o.rounds) if cached else None
     picked: list[tuple[int, tuple[Any, Any]]] = []
     picked_against: list[tuple[int, tuple[Any, Any]]] = []
     # which rounds get a verified call is decided here, in the parent; the worker
@@ -123,40 +126,60 @@ def run_timing(session: Session, checker: Checker) -> None:
     extra = max(0, o.verified_calls - o.rounds)
     sides = ("b", "k", "a") if aworkers else ("b", "k")
     watch = Watch(threads=r.threads, load_before=load_average())
-    with RunQueueSampler() as sampler:
-        for rnd in range(o.rounds):
-            # round rnd runs on worker pair rnd % P; each pair sees every order of the sides
-            pair = rnd % len(kworkers)
-            order = round_order(rnd, len(kworkers), sides)
+
+    def one_round(rnd: int) -> None:
+        # round rnd runs on worker pair rnd % P; each pair sees every order of the sides
+        pair = rnd % len(kworkers)
+        order = round_order(rnd, len(kworkers), sides)
+        count = 0
+        if rnd < o.rounds:
             count = (rnd in verify_rounds) + (extra // o.rounds + (rnd < extra % o.rounds))
-            # the candidate and the --against build run on the very same fresh inputs
-            seeds = [s.seed() for _ in range(n)]
-            for side in order:
-                if side == "b" and bworkers and rnd in spots:
-                    bw = bworkers[pair % len(bworkers)]
-                    # keep=True on every side: identical copying work and allocator state
-                    reply, _ = s.time_reply(bw, source, [s.seed() for _ in range(n)], keep=True,
-                                            what=f"baseline timing round {rnd + 1}")
-                    base.add_round(reply["times_ns"], group=pair)
-                    watch.side("baseline").add(reply["times_ns"], reply)
-                    # and the same fetch as the kernel's: no work between rounds that only one side does
-                    _fetch(s, bw, n, count)
-                elif side == "k":
-                    worker = kworkers[pair]
-                    reply, _ = s.time_reply(worker, source, seeds, keep=True,
-                                            what=f"kernel timing round {rnd + 1}")
-                    kernel.add_round(reply["times_ns"], group=pair)
-                    if cached and rnd in spots:
-                        kernel_at_spots.add_round(reply["times_ns"], group=pair)
-                    watch.side("kernel").add(reply["times_ns"], reply)
-                    picked.extend(_fetch(s, worker, n, count, seeds))
-                elif side == "a" and aworkers:
-                    aworker = aworkers[pair % len(aworkers)]
-                    reply, _ = s.time_reply(aworker, source, seeds, keep=True,
-                                            what=f"--against timing round {rnd + 1}")
-                    against.add_round(reply["times_ns"], group=pair)
-                    watch.side("against").add(reply["times_ns"], reply)
-                    picked_against.extend(_fetch(s, aworker, n, count, seeds))
+        # the candidate and the --against build run on the very same fresh inputs
+        seeds = [s.seed() for _ in range(n)]
+        for side in order:
+            if side == "b" and bworkers and (spots is None or rnd in spots):
+                bw = bworkers[pair % len(bworkers)]
+                # keep=True on every side: identical copying work and allocator state
+                reply, _ = s.time_reply(bw, source, [s.seed() for _ in range(n)], keep=True,
+                                        what=f"baseline timing round {rnd + 1}")
+                base.add_round(reply["times_ns"], group=pair)
+                watch.side("baseline").add(reply["times_ns"], reply)
+                # and the same fetch as the kernel's: no work between rounds that only one side does
+                _fetch(s, bw, n, count)
+            elif side == "k":
+                worker = kworkers[pair]
+                reply, _ = s.time_reply(worker, source, seeds, keep=True,
+                                        what=f"kernel timing round {rnd + 1}")
+                kernel.add_round(reply["times_ns"], group=pair)
+                if spots is not None and rnd in spots:
+                    kernel_at_spots.add_round(reply["times_ns"], group=pair)
+                watch.side("kernel").add(reply["times_ns"], reply)
+                picked.extend(_fetch(s, worker, n, count, seeds))
+            elif side == "a" and aworkers:
+                aworker = aworkers[pair % len(aworkers)]
+                reply, _ = s.time_reply(aworker, source, seeds, keep=True,
+                                        what=f"--against timing round {rnd + 1}")
+                against.add_round(reply["times_ns"], group=pair)
+                watch.side("against").add(reply["times_ns"], reply)
+                picked_against.extend(_fetch(s, aworker, n, count, seeds))
+
+    with RunQueueSampler() as sampler:
+        started = time.monotonic()
+        for rnd in range(o.rounds):
+            one_round(rnd)
+        if aworkers:
+            # --against: more rounds, a whole cycle of orders at a time, until the ratio is
+            # precise enough to tell a small difference, or the time allowed is spent
+            block = len(kworkers) * math.factorial(len(sides))
+
+            def run_block(first: int) -> None:
+                for rnd in range(first, first + block):
+                    one_round(rnd)
+
+            r.against_extension = extend_against(
+                against, kernel, rounds_done=o.rounds, block=block, run_block=run_block,
+                started=started, precision=o.against_precision, max_s=o.against_max_s,
+                seed=s.rng.randrange(2**31))
     watch.run_queue, watch.steal_fraction = sampler.samples, sampler.steal_fraction
     watch.load_after = load_average()
     s.watch = watch
@@ -183,7 +206,7 @@ def run_timing(session: Session, checker: Checker) -> None:
         r.speedup = stats.speedup(base, kernel, seed=s.rng.randrange(2**31))
     if r.against is not None and not r.against_failures:
         r.vs_against = compare_against(o.against or "", r.against, kernel, s.against_info,
-                                       seed=s.rng.randrange(2**31))
+                                       seed=s.rng.randrange(2**31), extension=r.against_extension)
     r.correct = not r.failures
 
 

@@ -37,7 +37,7 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 
 from kernel_harness.baseline import Baseline, load_baseline  # noqa: E402
-from kernel_harness.bench import protocol, trace, tree  # noqa: E402
+from kernel_harness.bench import layout, protocol, trace, tree  # noqa: E402
 from kernel_harness.errors import HarnessError  # noqa: E402
 from kernel_harness.kernel_loader import KERNEL_NAME_ATTR, load_kernel_module, resolve_op  # noqa: E402
 from kernel_harness.scaffold.todo import todo_report  # noqa: E402
@@ -169,7 +169,8 @@ class Worker:
                     sets[i] = None
                 else:
                     t0 = _perf_counter_ns()
-                    inputs = self._draw(source, seed)
+                    # the inputs at a new page offset each call (bench/layout.py)
+                    inputs = layout.relocate(self._draw(source, seed), seed)
                     gen_ns += _perf_counter_ns() - t0
                 c0, p0 = _thread_time_ns(), _process_time_ns()
                 start = _perf_counter_ns()
