@@ -141,6 +141,12 @@ def summarize(runs: list[dict[str, Any]], mode: str) -> dict[str, Any]:
     if mode == "slower":
         summary["called_slower"] = sum(v["verdict"] == "slower" for v in against)
         summary["called_faster"] = sum(v["verdict"] == "faster" for v in against)
+    extended = [v["rounds"] for v in against if v.get("rounds")]
+    if extended:  # the rounds --against added until its interval was tight (or time ran out)
+        summary["against_stopped"] = {why: sum(e["stopped"] == why for e in extended)
+                                      for why in sorted({e["stopped"] for e in extended})}
+        summary["against_rounds_median"] = statistics.median(e["rounds"] for e in extended)
+        summary["against_timing_s_median"] = round(statistics.median(e["seconds"] for e in extended), 1)
     ratios = [_ratio(r, mode) for r in runs]
     summary["ratio_min"] = min((x for x in ratios if x is not None), default=None)
     summary["ratio_max"] = max((x for x in ratios if x is not None), default=None)
@@ -207,6 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(f"run {i + 1}: exit {run['exit']}, speedup {run['speedup']} (paired "
                           f"{run['speedup_paired']}), CI {run['speedup_ci']}"
                           + (f", vs against {vs.get('ratio')} CI {vs.get('ci')} {vs.get('verdict')}" if vs else "")
+                          + (f" after {vs['rounds']['rounds']} rounds ({vs['rounds']['stopped']})"
+                             if vs.get("rounds") else "")
                           + f", reliable {run['reliable']}, {run['wall_s']} s, load {run['load_before']}")
             if run["stderr"]:
                 console.print(run["stderr"])
@@ -218,7 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(f"[bold]{_headline(summary, args.mode, len(runs), args.busy)}[/bold]; ratio range "
                   f"{summary['ratio_min']}-{summary['ratio_max']}; wall time median {summary['wall_s_median']} s, "
                   f"max {summary['wall_s_max']} s; median load average {summary['load_avg_median']} on "
-                  f"{summary['cpu']} CPUs ({summary['cpu_model']})")
+                  f"{summary['cpu']} CPUs ({summary['cpu_model']})"
+                  + (f"; --against stopped {summary['against_stopped']}, median {summary['against_rounds_median']} "
+                     f"rounds, {summary['against_timing_s_median']} s of timing" if "against_stopped" in summary else ""))
     write_json_report(args.json, summary)
     return 0
 

@@ -247,6 +247,12 @@ def test_precision_script_counts_each_target():
     slow = {"ratio": 0.9, "ci": [0.85, 0.95], "verdict": "slower"}
     s = script.summarize([run(vs=slow), run(vs=same)], "slower")
     assert s["called_slower"] == 1 and s["called_faster"] == 0
+    # how the added --against rounds ended, counted per reason
+    ext = {"rounds": 44, "stopped": "precise", "seconds": 24.0}
+    s = script.summarize([run(vs={**same, "rounds": ext}), run(vs={**same, "rounds": {**ext, "stopped": "time",
+                                                                                      "rounds": 200, "seconds": 88.0}})],
+                         "against")
+    assert s["against_stopped"] == {"precise": 1, "time": 1} and s["against_rounds_median"] == 122
     # busy: a confident 10x counts only when the run admitted it was unreliable
     s = script.summarize([run(10.9, (7.4, 61)), run(10.9, (7.4, 61), reliable=False), run(1.1)], "identical")
     assert s["unreliable_or_within_0.8_1.25"] == 2 and s["unreliable"] == 1

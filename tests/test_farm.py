@@ -265,6 +265,44 @@ def test_agreement_says_within_or_outside_only_when_the_whole_interval_does():
     assert failed.remote.ok == 0 and failed.ratio is None and json.dumps(failed.as_json())
 
 
+def _agreement_json(path, runs, cpu_model, target=None):
+    from kernel_harness.farm.agreement import compare
+
+    result = compare(runs, {"cpu_model": cpu_model})
+    result.target = target
+    path.write_text(json.dumps(result.as_json()))
+    return path
+
+
+def test_agreement_pools_earlier_series_of_the_same_target_on_this_cpu(tmp_path):
+    """Two series neither of which decides alone (each +-4 % noisy) decide together;
+    --runs 0 only recomputes. A file from another CPU model or target is refused (exit 2)."""
+    model = cpu.cpu_model()
+    target = {"baseline": str(BASELINE.resolve()), "kernel_package": str(tmp_path.resolve()), "op": "p.f",
+              "benchmark_flags": []}
+    local = [5.2, 5.0, 5.4, 5.1, 5.3, 4.9, 5.5, 5.2]
+    first = _agreement_json(tmp_path / "a.json", _runs("local", local) + _runs("remote", [5.25, 4.95, 5.45, 5.0, 5.35, 5.05, 5.4, 5.1]),
+                            model, target)
+    second = _agreement_json(tmp_path / "b.json", _runs("local", local[::-1]) + _runs("remote", [5.1, 5.3, 5.0, 5.4, 5.2, 5.0, 5.3, 5.2]),
+                             model)  # written before targets were recorded: taken on the caller's word
+    out = tmp_path / "pooled.json"
+    proc = run_script("farm_agreement", BASELINE, "--kernel-package", tmp_path, "--op", "p.f", "--cluster", "auto",
+                      "--runs", "0", "--pool", first, second, "--json", out, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    pooled = json.loads(out.read_text())
+    assert pooled["local"]["runs"] == pooled["remote"]["runs"] == 16
+    assert pooled["pooled_from"] == [str(first), str(second)] and pooled["target"] == target
+    assert pooled["verdict"].startswith("within"), pooled["ratio_ci95"]
+    elsewhere = _agreement_json(tmp_path / "c.json", _runs("local", local), "another CPU", target)
+    proc = run_script("farm_agreement", BASELINE, "--kernel-package", tmp_path, "--op", "p.f", "--cluster", "auto",
+                      "--runs", "0", "--pool", elsewhere, cwd=tmp_path)
+    assert proc.returncode == 2 and "another CPU" in proc.stderr
+    other = _agreement_json(tmp_path / "d.json", _runs("local", local), model, {**target, "op": "q.g"})
+    proc = run_script("farm_agreement", BASELINE, "--kernel-package", tmp_path, "--op", "p.f", "--cluster", "auto",
+                      "--runs", "0", "--pool", other, cwd=tmp_path)
+    assert proc.returncode == 2 and "same baseline, kernel, op" in proc.stderr
+
+
 def test_agreement_alternates_the_first_side_and_stops_at_a_refused_run(tmp_path):
     from kernel_harness.farm.agreement import run_pairs
 
@@ -287,7 +325,7 @@ def test_agreement_alternates_the_first_side_and_stops_at_a_refused_run(tmp_path
 def test_agreement_script_refuses_bad_usage(tmp_path):
     proc = run_script("farm_agreement", BASELINE, "--kernel-package", tmp_path, "--op", "p.f", "--cluster", "auto",
                       "--runs", "0", cwd=tmp_path)
-    assert proc.returncode == 2 and "--runs must be at least 1" in proc.stderr
+    assert proc.returncode == 2 and "--runs must be at least 1 (or 0 with --pool)" in proc.stderr
     proc = run_script("farm_agreement", BASELINE, "--kernel-package", tmp_path, "--op", "p.f", "--cluster", "auto",
                       "--", "--json", "x.json", cwd=tmp_path)
     assert proc.returncode == 2 and "no --json" in proc.stderr

@@ -188,13 +188,30 @@ def test_bad_inputs_are_refused_with_clear_messages(kernel):
 
 
 def test_dispatch_picks_the_best_tier_at_every_listed_m(kernel, monkeypatch):
-    """The dispatcher's rule for linear: the best tier this CPU runs, at M = 1 ... 1024 (see README)."""
+    """The dispatcher's rule for linear (see README): bf16 runs the best tier this CPU has at
+    every M; fp32 from M = 32 runs the generic tier, MKL's GEMM (measured twice as fast as
+    the AVX2 tier at M = 128), unless KERNEL_CPU_ISA forces a tier."""
     monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
     monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
     best = kernel.available_tiers()[-1]
-    w = torch.empty(64, 4096)
     for m in (1, 4, 16, 128, 1024):
-        assert kernel.dispatch_tier("linear", torch.empty(m, 4096), w) == best
+        x, w = torch.empty(m, 4096, dtype=torch.bfloat16), torch.empty(64, 4096, dtype=torch.bfloat16)
+        assert kernel.dispatch_tier("linear", x, w) == best
+        expected = "generic" if m >= 32 else best
+        assert kernel.dispatch_tier("linear", x.float(), w.float()) == expected, m
+    # a forced tier wins over the library rule, for the query and for the call
+    monkeypatch.setenv("KERNEL_CPU_ISA", best)
+    x, w = torch.randn(128, 256), torch.randn(64, 256)
+    assert kernel.dispatch_tier("linear", x, w) == best
+    torch.testing.assert_close(kernel.linear(x, w), torch.nn.functional.linear(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_fp32_from_32_rows_runs_the_library_call(kernel, monkeypatch):
+    """The generic tier's result is F.linear's own (the same MKL call), bit for bit."""
+    monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
+    x, w, b = torch.randn(40, 300), torch.randn(70, 300), torch.randn(70)
+    assert kernel.dispatch_tier("linear", x, w) == "generic"
+    assert torch.equal(kernel.linear(x, w, b), torch.nn.functional.linear(x, w, b))
 
 
 def test_installed_package_loads_in_a_fresh_process(linear_kernel_dir: Path):

@@ -115,6 +115,19 @@ def test_dispatcher_reads_the_knob_per_call_and_has_a_threshold(tmp_path):
     assert "KERNEL_CPU_MASK" in text
 
 
+
+def test_an_ops_library_rule_reaches_the_dispatcher(tmp_path):
+    """linear's catalogue entry hands fp32 from 32 rows to the generic tier (MKL); the
+    rule is generated into library_from_rows, and the bridge passes the dtype."""
+    d = make(tmp_path, ["linear", "rms_norm"])
+    text = (d / "my_kernel_cpu/my_kernel_cpu.cpp").read_text()
+    assert 'if (op == "linear" && dt == DType::F32) return 32;' in text
+    assert "library_from_rows(op, dt)" in text
+    bridge = "".join(p.read_text() for p in (d / "my_kernel_cpu").glob("*.cpp"))
+    assert 'pick_tier("linear", m, k, my_kernel_cpu::dtype_of(x))' in bridge
+    assert 'pick_tier("rms_norm", rows, cols)' in bridge  # other ops decide by size alone
+
+
 def test_catalogue_ops_are_complete_and_unknown_ops_are_marked(tmp_path):
     complete = make(tmp_path / "a", ALL_OPS)
     for path in complete.rglob("*.cpp"):

@@ -3,7 +3,8 @@
 Headline: bf16 decode, M = 1, N = K = 4096 (the weight-streaming case).
 Kernel signature: ``linear(x, weight, bias=None)``; the benchmark passes the
 plain [N, K] weight (``prepack``'s packed weight is timed by ``sweep.py``).
-``LINEAR_M`` (environment) sets the headline M, e.g. ``LINEAR_M=128``.
+``LINEAR_M`` (environment) sets the headline M, e.g. ``LINEAR_M=128``, and
+``LINEAR_DTYPE`` its dtype (``bfloat16``, the default, or ``float32``).
 
 The values are small integers times powers of two (x in k/8, weight in k/64,
 bias in k/8, |k| <= 8): every product is a multiple of 2^-9 and every partial
@@ -24,6 +25,10 @@ import torch.nn.functional as F
 
 N = K = 4096
 HEADLINE_M = int(os.environ.get("LINEAR_M", "1"))
+_DTYPE_NAMES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
+if os.environ.get("LINEAR_DTYPE", "bfloat16") not in _DTYPE_NAMES:
+    raise ValueError(f"LINEAR_DTYPE={os.environ['LINEAR_DTYPE']!r}: use one of {', '.join(_DTYPE_NAMES)}.")
+HEADLINE_DTYPE = _DTYPE_NAMES[os.environ.get("LINEAR_DTYPE", "bfloat16")]
 DTYPES = (torch.float32, torch.bfloat16)
 # (M, N, K): tails in M, N and K (not multiples of 6, 8, 16 or 32), one row,
 # one output, one input feature, M just above the decode range.
@@ -39,7 +44,7 @@ def _make_inputs(m: int, n: int, k: int, dtype: torch.dtype) -> list:
 
 
 def get_inputs() -> list:
-    return _make_inputs(HEADLINE_M, N, K, torch.bfloat16)
+    return _make_inputs(HEADLINE_M, N, K, HEADLINE_DTYPE)
 
 
 def get_correctness_inputs() -> list:

@@ -12,6 +12,11 @@ the runs the benchmark marked reliable (at least :data:`MIN_RUNS` a side) and
 says "within ±5 %" only when the whole interval is inside the band, and
 "outside" only when the whole interval is outside it: anything else is
 "undecided" (more runs, or a quieter machine).
+
+``--pool FILE`` adds the runs of earlier comparisons (their ``--json``) of the
+same build on the same CPU model, so two series taken one after another decide
+together what neither decides alone; a file from another CPU model or another
+target is refused.
 """
 
 from __future__ import annotations
@@ -87,8 +92,14 @@ class Agreement:
     #: which runs the ratio and its interval come from
     basis: str = "reliable runs"
 
+    #: what was measured (baseline, kernel directory, op, benchmark flags): --pool checks it
+    target: dict[str, Any] | None = None
+    #: the --pool files whose runs are included
+    pooled_from: list[str] = field(default_factory=list)
+
     def as_json(self) -> dict[str, Any]:
-        return {"machine": self.machine, "local": asdict(self.local), "remote": asdict(self.remote),
+        return {"machine": self.machine, "target": self.target, "pooled_from": self.pooled_from,
+                "local": asdict(self.local), "remote": asdict(self.remote),
                 "ratio_remote_over_local": self.ratio, "ratio_ci95": self.ratio_ci, "band": BAND,
                 "ratio_basis": self.basis, "verdict": self.verdict, "overhead_s": self.overhead_s, "runs": [asdict(r) for r in self.runs]}
 
@@ -210,3 +221,27 @@ def machine_facts() -> dict[str, Any]:
     return {"cpu_model": cpu.cpu_model(), "logical_cpus": os.cpu_count(),
             "tiers": [name for name in ("avx2", "avx512", "amx") if cpu.has_isa(name)],
             "load_average_start": list(os.getloadavg())}
+
+
+def pooled_runs(path: Path, cpu_model: str, target: dict[str, Any]) -> tuple[list[Run], dict[str, Any]]:
+    """The runs of an earlier comparison's JSON and its machine record (when and under which
+    load it ran), checked to be of this CPU model and target (a file written before
+    targets were recorded is taken on the caller's word)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        runs = [Run(**run) for run in data["runs"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UsageError(f"--pool {path}: not a readable scripts/farm_agreement.py --json report ({err}). "
+                         "Pass the file an earlier comparison wrote with --json.") from err
+    theirs = (data.get("machine") or {}).get("cpu_model")
+    if theirs != cpu_model:
+        raise UsageError(f"--pool {path} was measured on {theirs!r}, this machine is {cpu_model!r}: runs of "
+                         "another CPU do not belong in one comparison. Pool files from this machine only.")
+    recorded = data.get("target")
+    if recorded is not None and recorded != target:
+        raise UsageError(f"--pool {path} measured {recorded}, not this comparison's {target}: pool only "
+                         "series of the same baseline, kernel, op and benchmark flags.")
+    for run in runs:
+        if run.side not in ("local", "remote"):
+            raise UsageError(f"--pool {path}: a run has side {run.side!r} (local or remote expected).")
+    return runs, data.get("machine") or {}

@@ -17,6 +17,7 @@ TIERS: tuple[str, ...] = ("generic", "avx2", "avx512")
 #: torch dtype names the bridge accepts, per --dtypes value.
 DTYPE_TORCH = {"fp32": "at::kFloat", "bf16": "at::kBFloat16", "fp16": "at::kHalf"}
 DTYPE_HUMAN = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+DTYPE_ENUM = {"fp32": "DType::F32", "bf16": "DType::BF16", "fp16": "DType::F16"}
 
 _ELEMENTWISE_AVX512 = ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16")
 _GEMM_EXTRA = ("-mavx512vbmi", "-mamx-tile", "-mamx-bf16", "-mamx-int8")
@@ -54,6 +55,10 @@ class OpSpec:
     template: str  # file under templates/ops/
     generic_threshold: int  # below rows*cols elements the dispatcher uses the generic tier
     complete: bool = True  # False: a skeleton with KERNEL_TODO bodies
+    # (dtype, rows): from this many rows the generic tier's library call (oneDNN/MKL
+    # through ATen) is faster than the SIMD tiers in that dtype, so the dispatcher
+    # runs it (an op whose bridge passes the dtype to pick_tier; KERNEL_CPU_ISA still forces)
+    library_from_rows: tuple[tuple[str, int], ...] = ()
 
 
 CATALOGUE: dict[str, OpSpec] = {
@@ -71,7 +76,11 @@ CATALOGUE: dict[str, OpSpec] = {
         OpSpec("gelu_and_mul", "elementwise", "gelu_and_mul(x, out=None)", "gelu_and_mul.op", 1),
         OpSpec("softmax", "reduction", "softmax(x, out=None)", "softmax.op", 1),
         OpSpec("layer_norm", "reduction", "layer_norm(x, weight, bias, eps=1e-5, out=None)", "layer_norm.op", 1),
-        OpSpec("linear", "gemm", "linear(x, weight, bias=None, out=None); prepack(weight)", "linear.op", 1),
+        # fp32 from M = 32: MKL's fp32 GEMM beats the AVX2 tier from there (measured side by
+        # side on Ice Lake, which runs the AVX2 tier and MKL's AVX512 code, N = K = 4096:
+        # M = 16 1.06x F.linear, M = 128 0.46x); bf16 stays ours (M = 1024 1.31x F.linear)
+        OpSpec("linear", "gemm", "linear(x, weight, bias=None, out=None); prepack(weight)", "linear.op", 1,
+               library_from_rows=(("fp32", 32),)),
         OpSpec(
             "linear_int8",
             "gemm",

@@ -20,6 +20,7 @@ from ..errors import UsageError
 from ..paths import TEMPLATES_DIR
 from .catalogue import (
     AVX2_FLAGS,
+    DTYPE_ENUM,
     DTYPE_HUMAN,
     DTYPE_TORCH,
     DTYPES,
@@ -194,6 +195,10 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
     thresholds = "".join(
         f'  if (op == "{spec.name}") return {spec.generic_threshold};\n' for spec in specs
     )
+    library_rows = "".join(
+        f'  if (op == "{spec.name}" && dt == {DTYPE_ENUM[dtype]}) return {rows};\n'
+        for spec in specs for dtype, rows in spec.library_from_rows
+    )
     dtype_condition = " || ".join(f"t == {DTYPE_TORCH[d]}" for d in options.dtypes)
     values = {
         **base,
@@ -204,6 +209,7 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
         "generic_decls": "".join(sections["generic_decl"]),
         "generic_bodies": "\n".join(sections["generic"]),
         "thresholds": thresholds,
+        "library_rows": library_rows,
         "bridge_bodies": "\n".join(sections["bridge"]),
         "bridge_decls": "".join(sections["bridge_decl"]),
         "binding_defs": "".join(sections["binding"]),

@@ -1,10 +1,12 @@
 """A tiered Python kernel for the tier sweep: each tier sleeps a known time.
 
 KERNEL_CPU_ISA picks the tier at each call, like the generated dispatchers;
-BK_TIERED_PICK says which tier dispatch_tier() reports (default: the fastest).
+BK_TIERED_PICK says which tier dispatch_tier() reports (default: the fastest);
+BK_TIERED_JITTER adds a random sleep of up to that many seconds to every call.
 """
 
 import os
+import random
 import time
 
 from bk_common import rms_norm_honest
@@ -25,6 +27,7 @@ def rms_norm(x, weight, eps):
     if tier not in _DELAY:
         raise RuntimeError(f"unknown tier {tier}")
     out = rms_norm_honest(x, weight, eps)
-    if _DELAY[tier]:
-        time.sleep(_DELAY[tier])
+    delay = _DELAY[tier] + random.uniform(0.0, float(os.environ.get("BK_TIERED_JITTER", "0")))
+    if delay:
+        time.sleep(delay)
     return out
