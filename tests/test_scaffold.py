@@ -118,11 +118,11 @@ def test_dispatcher_reads_the_knob_per_call_and_has_a_threshold(tmp_path):
 
 def test_an_ops_library_rule_reaches_the_dispatcher(tmp_path):
     """linear's catalogue entry hands fp32 from 32 rows to the generic tier (MKL); the
-    rule is generated into library_from_rows, and the bridge passes the dtype."""
+    rule is generated into library_wins, and the bridge passes the dtype."""
     d = make(tmp_path, ["linear", "rms_norm"])
     text = (d / "my_kernel_cpu/my_kernel_cpu.cpp").read_text()
-    assert 'if (op == "linear" && dt == DType::F32) return 32;' in text
-    assert "library_from_rows(op, dt)" in text
+    assert 'if (op == "linear" && dt == DType::F32 && rows >= 32 && rows * cols >= 32768) return true;' in text
+    assert "library_wins(op, dt, rows, cols)" in text
     bridge = "".join(p.read_text() for p in (d / "my_kernel_cpu").glob("*.cpp"))
     assert 'pick_tier("linear", m, k, my_kernel_cpu::dtype_of(x))' in bridge
     assert 'pick_tier("rms_norm", rows, cols)' in bridge  # other ops decide by size alone

@@ -46,6 +46,16 @@ def avx512_flags(kind: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class LibraryRule:
+    """In ``dtype``, from ``min_rows`` rows and ``min_elements`` elements of the first
+    input (rows x cols, the sizes pick_tier sees), the library call wins."""
+
+    dtype: str
+    min_rows: int
+    min_elements: int
+
+
+@dataclass(frozen=True)
 class OpSpec:
     """One op of the catalogue: its template file and what a caller sees."""
 
@@ -55,10 +65,10 @@ class OpSpec:
     template: str  # file under templates/ops/
     generic_threshold: int  # below rows*cols elements the dispatcher uses the generic tier
     complete: bool = True  # False: a skeleton with KERNEL_TODO bodies
-    # (dtype, rows): from this many rows the generic tier's library call (oneDNN/MKL
-    # through ATen) is faster than the SIMD tiers in that dtype, so the dispatcher
-    # runs it (an op whose bridge passes the dtype to pick_tier; KERNEL_CPU_ISA still forces)
-    library_from_rows: tuple[tuple[str, int], ...] = ()
+    # When the generic tier's library call (oneDNN/MKL through ATen) is faster than the
+    # SIMD tiers, so the dispatcher runs it (an op whose bridge passes the dtype to
+    # pick_tier; KERNEL_CPU_ISA still forces a tier)
+    library_rules: tuple[LibraryRule, ...] = ()
 
 
 CATALOGUE: dict[str, OpSpec] = {
@@ -76,11 +86,13 @@ CATALOGUE: dict[str, OpSpec] = {
         OpSpec("gelu_and_mul", "elementwise", "gelu_and_mul(x, out=None)", "gelu_and_mul.op", 1),
         OpSpec("softmax", "reduction", "softmax(x, out=None)", "softmax.op", 1),
         OpSpec("layer_norm", "reduction", "layer_norm(x, weight, bias, eps=1e-5, out=None)", "layer_norm.op", 1),
-        # fp32 from M = 32: MKL's fp32 GEMM beats the AVX2 tier from there (measured side by
-        # side on Ice Lake, which runs the AVX2 tier and MKL's AVX512 code, N = K = 4096:
-        # M = 16 1.06x F.linear, M = 128 0.46x); bf16 stays ours (M = 1024 1.31x F.linear)
+        # fp32 from M = 32 and 32K elements of x: MKL's fp32 GEMM beats the AVX2 tier there
+        # (measured side by side on Ice Lake, which runs the AVX2 tier and MKL's AVX512 code,
+        # N = K = 4096: M = 16 1.06x F.linear, M = 32 generic 1.73x faster than avx2, M = 128
+        # avx2 0.46x F.linear), while a small GEMM's call overhead favours ours (33x100x65:
+        # avx2 148 us, generic 263 us); bf16 stays ours (M = 1024 1.31x F.linear)
         OpSpec("linear", "gemm", "linear(x, weight, bias=None, out=None); prepack(weight)", "linear.op", 1,
-               library_from_rows=(("fp32", 32),)),
+               library_rules=(LibraryRule("fp32", 32, 32768),)),
         OpSpec(
             "linear_int8",
             "gemm",

@@ -195,9 +195,10 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
     thresholds = "".join(
         f'  if (op == "{spec.name}") return {spec.generic_threshold};\n' for spec in specs
     )
-    library_rows = "".join(
-        f'  if (op == "{spec.name}" && dt == {DTYPE_ENUM[dtype]}) return {rows};\n'
-        for spec in specs for dtype, rows in spec.library_from_rows
+    library_rules = "".join(
+        f'  if (op == "{spec.name}" && dt == {DTYPE_ENUM[rule.dtype]} && rows >= {rule.min_rows} && '
+        f'rows * cols >= {rule.min_elements}) return true;\n'
+        for spec in specs for rule in spec.library_rules
     )
     dtype_condition = " || ".join(f"t == {DTYPE_TORCH[d]}" for d in options.dtypes)
     values = {
@@ -209,7 +210,7 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
         "generic_decls": "".join(sections["generic_decl"]),
         "generic_bodies": "\n".join(sections["generic"]),
         "thresholds": thresholds,
-        "library_rows": library_rows,
+        "library_rules": library_rules,
         "bridge_bodies": "\n".join(sections["bridge"]),
         "bridge_decls": "".join(sections["bridge_decl"]),
         "binding_defs": "".join(sections["binding"]),
