@@ -110,6 +110,23 @@ def test_relocated_inputs_keep_their_values_and_move_within_the_page():
     assert len(offsets) >= 12, offsets
 
 
+def test_no_address_is_handed_out_twice_and_the_page_offset_is_the_seeds():
+    """A kernel caching by pointer must never meet a repeated address with new values
+    (bk_attack_cache_ptr was served stale results in 6 of 24 timed calls when a random
+    offset repeated at the same heap address)."""
+    relocator = layout.Relocator()
+    seen, offsets = set(), []
+    for seed in range(300):  # far more calls than the 64 page offsets
+        (x,) = relocator.relocate([torch.randn(16, 33)], seed)
+        assert x.data_ptr() not in seen
+        seen.add(x.data_ptr())
+        offsets.append((x.data_ptr() - x.untyped_storage().data_ptr()) % layout.PAGE_BYTES)
+    # moving on by whole pages keeps the offset within the page that the seed chose
+    expected = [(layout.Relocator().relocate([torch.randn(16, 33)], seed)[0].storage_offset() * 4)
+                % layout.PAGE_BYTES for seed in range(300)]
+    assert offsets == expected
+
+
 def test_the_same_seed_gives_the_same_offsets_to_both_builds():
     x = torch.randn(1000)
     a = layout.relocate({"x": x, "n": 3}, 1234)

@@ -17,6 +17,13 @@ per-call noise that the median averages over instead of a per-process bias (the
 idea of Curtsinger and Berger's "Stabilizer", 2013, at the scale of one
 benchmark).  The offsets come from the call's seed, so the candidate and the
 ``--against`` build, which get the same seeds, see the same layouts.
+
+No address is handed to the kernel twice in one process: a kernel that caches
+results by pointer (``bk_attack_cache_ptr``) would otherwise be served a stale
+result whenever a random offset repeated at the same heap address (6 of 24
+calls in one test run), too few for the verification of four random timed
+calls to catch every time.  A repeated address moves on by whole pages, which
+keeps the page offset, and with it the layout, the seed chose.
 """
 
 from __future__ import annotations
@@ -33,19 +40,34 @@ STEP_BYTES = 64
 PAGE_BYTES = 4096
 
 
+class Relocator:
+    """Moves a call's inputs (:meth:`relocate`); remembers every address it handed out."""
+
+    def __init__(self) -> None:
+        self._used: set[int] = set()
+
+    def relocate(self, inputs: Any, seed: int) -> Any:
+        """``inputs`` with every contiguous, non-empty CPU tensor leaf copied to a new page
+        offset drawn from ``seed`` (other leaves, and other objects, unchanged)."""
+        rng = random.Random(seed ^ 0x5EED_1A40)
+        return tree_map(lambda t: self._moved(t, STEP_BYTES * rng.randrange(PAGE_BYTES // STEP_BYTES)), inputs)
+
+    def _moved(self, t: torch.Tensor, offset: int) -> torch.Tensor:
+        if t.device.type != "cpu" or t.numel() == 0 or not t.is_contiguous() or t.requires_grad \
+                or t.is_sparse or t.is_quantized:
+            return t
+        nbytes = t.numel() * t.element_size()
+        while True:
+            buffer = torch.empty(offset + nbytes, dtype=torch.uint8)
+            moved = buffer[offset:].view(t.dtype).view(t.shape)
+            if moved.data_ptr() not in self._used:
+                break
+            offset += PAGE_BYTES  # the same page offset, an address not used before
+        self._used.add(moved.data_ptr())
+        moved.copy_(t)
+        return moved
+
+
 def relocate(inputs: Any, seed: int) -> Any:
-    """``inputs`` with every contiguous, non-empty CPU tensor leaf copied to a new page
-    offset drawn from ``seed`` (other leaves, and other objects, unchanged)."""
-    rng = random.Random(seed ^ 0x5EED_1A40)
-    return tree_map(lambda t: _moved(t, STEP_BYTES * rng.randrange(PAGE_BYTES // STEP_BYTES)), inputs)
-
-
-def _moved(t: torch.Tensor, offset: int) -> torch.Tensor:
-    if t.device.type != "cpu" or t.numel() == 0 or not t.is_contiguous() or t.requires_grad \
-            or t.is_sparse or t.is_quantized:
-        return t
-    nbytes = t.numel() * t.element_size()
-    buffer = torch.empty(offset + nbytes, dtype=torch.uint8)
-    moved = buffer[offset:].view(t.dtype).view(t.shape)
-    moved.copy_(t)
-    return moved
+    """:meth:`Relocator.relocate` with a relocator of its own (no memory of earlier calls)."""
+    return Relocator().relocate(inputs, seed)
