@@ -101,7 +101,7 @@ def test_relocated_inputs_keep_their_values_and_move_within_the_page():
     w = torch.randn(128)
     offsets = set()
     for seed in range(32):
-        moved_x, moved_w, eps = layout.relocate([x, w, 1e-6], seed)
+        moved_x, moved_w, eps = layout.Relocator().relocate([x, w, 1e-6], seed)
         assert torch.equal(moved_x, x) and torch.equal(moved_w, w) and eps == 1e-6
         assert moved_x.is_contiguous() and moved_x.shape == x.shape and moved_x.dtype == x.dtype
         assert moved_x.data_ptr() % layout.STEP_BYTES == 0  # torch's own alignment is kept
@@ -129,8 +129,8 @@ def test_no_address_is_handed_out_twice_and_the_page_offset_is_the_seeds():
 
 def test_the_same_seed_gives_the_same_offsets_to_both_builds():
     x = torch.randn(1000)
-    a = layout.relocate({"x": x, "n": 3}, 1234)
-    b = layout.relocate({"x": x, "n": 3}, 1234)
+    a = layout.Relocator().relocate({"x": x, "n": 3}, 1234)
+    b = layout.Relocator().relocate({"x": x, "n": 3}, 1234)
     assert (a["x"].data_ptr() - a["x"].untyped_storage().data_ptr()) == \
         (b["x"].data_ptr() - b["x"].untyped_storage().data_ptr())
     assert a["n"] == 3
@@ -140,7 +140,7 @@ def test_tensors_the_kernel_may_rely_on_are_left_alone():
     strided = torch.randn(8, 8).t()
     empty = torch.empty(0)
     grad = torch.randn(4, requires_grad=True)
-    out = layout.relocate((strided, empty, grad), 7)
+    out = layout.Relocator().relocate((strided, empty, grad), 7)
     assert out[0] is strided and out[1] is empty and out[2] is grad
 
 

@@ -66,8 +66,3 @@ class Relocator:
         self._used.add(moved.data_ptr())
         moved.copy_(t)
         return moved
-
-
-def relocate(inputs: Any, seed: int) -> Any:
-    """:meth:`Relocator.relocate` with a relocator of its own (no memory of earlier calls)."""
-    return Relocator().relocate(inputs, seed)

@@ -122,8 +122,6 @@ class BenchResult:
     against_build: dict[str, Any] | None = None
     against_failures: list[Failure] = field(default_factory=list)
     vs_against: dict[str, Any] | None = None
-    # the rounds --against added and why it stopped (against.extend_against)
-    against_extension: dict[str, Any] | None = None
 
 
 #: Spot rounds this far (relative) from a cached baseline earn a note: two

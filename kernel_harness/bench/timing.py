@@ -126,6 +126,7 @@ def run_timing(session: Session, checker: Checker) -> None:
     extra = max(0, o.verified_calls - o.rounds)
     sides = ("b", "k", "a") if aworkers else ("b", "k")
     watch = Watch(threads=r.threads, load_before=load_average())
+    extension: dict[str, Any] | None = None  # the rounds --against adds (against.extend_against)
 
     def one_round(rnd: int) -> None:
         # round rnd runs on worker pair rnd % P; each pair sees every order of the sides
@@ -176,7 +177,7 @@ def run_timing(session: Session, checker: Checker) -> None:
                 for rnd in range(first, first + block):
                     one_round(rnd)
 
-            r.against_extension = extend_against(
+            extension = extend_against(
                 against, kernel, rounds_done=o.rounds, block=block, run_block=run_block,
                 started=started, precision=o.against_precision, max_s=o.against_max_s,
                 seed=s.rng.randrange(2**31))
@@ -206,7 +207,7 @@ def run_timing(session: Session, checker: Checker) -> None:
         r.speedup = stats.speedup(base, kernel, seed=s.rng.randrange(2**31))
     if r.against is not None and not r.against_failures:
         r.vs_against = compare_against(o.against or "", r.against, kernel, s.against_info,
-                                       seed=s.rng.randrange(2**31), extension=r.against_extension)
+                                       seed=s.rng.randrange(2**31), extension=extension)
     r.correct = not r.failures
 
 
