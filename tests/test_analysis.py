@@ -149,16 +149,17 @@ def test_choose_limits_holds_a_kernel_to_the_peak_of_the_tier_it_runs() -> None:
 
 
 def test_analysis_roofline_uses_the_tier_the_dispatcher_runs_here() -> None:
-    """Without AVX512-BF16 the generated dispatcher runs the AVX2 unit (Ice Lake):
-    the analysis's roofline must use that tier's peak."""
+    """The roofline uses the peak of the tier the generated dispatcher runs: AVX512
+    F/BW/VL/DQ is enough for the avx512 unit (Ice Lake, no AVX512-BF16); a CPU with
+    AVX512F alone (Knights Landing) or none (Zen 3) runs the AVX2 unit."""
     from dataclasses import replace
 
     full = fake_profile()
     ice_lake = replace(full, flags=tuple(f for f in full.flags if f not in ("avx512_bf16", "amx_bf16", "amx_tile")))
-    report = analyze_op("rms_norm", shapes=[(1024, 4096)], dtype="bf16", baseline=None, machine=ice_lake)
-    assert report["shapes"][0]["roofline"]["peak_source"] == "fp32_fma_avx2"
-    report = analyze_op("rms_norm", shapes=[(1024, 4096)], dtype="bf16", baseline=None, machine=full)
-    assert report["shapes"][0]["roofline"]["peak_source"] == "fp32_fma_avx512"
+    avx512f_only = replace(full, flags=tuple(f for f in full.flags if f not in ("avx512bw", "avx512vl", "avx512dq")))
+    for machine, peak in ((full, "fp32_fma_avx512"), (ice_lake, "fp32_fma_avx512"), (avx512f_only, "fp32_fma_avx2")):
+        report = analyze_op("rms_norm", shapes=[(1024, 4096)], dtype="bf16", baseline=None, machine=machine)
+        assert report["shapes"][0]["roofline"]["peak_source"] == peak
 
 
 def test_analyze_by_name_report(tmp_path: Path) -> None:
@@ -207,19 +208,21 @@ def test_gemm_path_by_m(dtype: str, m: int, amx: bool, path: str) -> None:
 
 
 def test_gemm_advice_follows_the_tier_and_streams_the_weight_at_decode_sizes() -> None:
-    """Ice Lake (AVX512F, no AVX512-BF16): the generated dispatcher runs the AVX2 unit,
-    so the GEMM path is the AVX2 FMA one with bf16 widening; at M <= 8 the advice is to
-    stream the weight (bandwidth-bound), at large M to block registers."""
+    """Ice Lake (AVX512 F/BW/VL/DQ, no AVX512-BF16): the dispatcher runs the avx512 unit,
+    so the GEMM path is the AVX512 FMA one with bf16 widened (no dot product); Zen 3
+    (AVX2 only) gets the AVX2 FMA one. At M <= 8 the advice is to stream the weight
+    (bandwidth-bound), at large M to block registers."""
     full = fake_profile()
     ice_lake = fake_profile(flags=tuple(f for f in full.flags if f not in ("avx512_bf16",)
                                         and not f.startswith("amx")))
-    decode = simd_strategy("gemm", "gemm", "bf16", ice_lake, gemm_m=1, name="linear")["gemm"]
-    assert decode["path"] == "avx2-fma"
-    assert "stream it once" in decode["why"] and "widen bf16 to fp32" in decode["why"]
-    assert "bf16-widen-fma-avx2" in simd_strategy("gemm", "gemm", "bf16", ice_lake, gemm_m=1,
-                                                  name="linear")["references"]
-    large = simd_strategy("gemm", "gemm", "fp32", ice_lake, gemm_m=1024, name="linear")["gemm"]
-    assert large["path"] == "avx2-fma" and "stream" not in large["why"] and "register-blocked" in large["why"]
+    zen3 = fake_profile(flags=tuple(f for f in full.flags if not f.startswith(("avx512", "amx"))))
+    for machine, path in ((ice_lake, "avx512-fma"), (zen3, "avx2-fma")):
+        decode = simd_strategy("gemm", "gemm", "bf16", machine, gemm_m=1, name="linear")
+        assert decode["gemm"]["path"] == path
+        assert "stream it once" in decode["gemm"]["why"] and "widen bf16 to fp32" in decode["gemm"]["why"]
+        assert "bf16-widen-fma-avx2" in decode["references"]
+        large = simd_strategy("gemm", "gemm", "fp32", machine, gemm_m=1024, name="linear")["gemm"]
+        assert large["path"] == path and "stream" not in large["why"] and "register-blocked" in large["why"]
 
 
 def test_decode_attention_advice() -> None:

@@ -199,10 +199,31 @@ def test_available_tiers_follow_the_cpu(kernel, monkeypatch):
     tiers = kernel.available_tiers()
     assert tiers[0] == "generic"
     assert tiers == [t for t in TIERS if has_isa(t)]
+    monkeypatch.setenv("KERNEL_CPU_MASK", "avx512bf16")  # hides the unit's BF16 instructions, not the tier
+    assert kernel.available_tiers() == tiers
     monkeypatch.setenv("KERNEL_CPU_MASK", "avx512")
     assert "avx512" not in kernel.available_tiers()
     monkeypatch.setenv("KERNEL_CPU_MASK", "avx2")
     assert kernel.available_tiers() == ["generic"]
+
+
+def test_avx512_unit_without_its_bf16_instructions_matches_pytorch(catalogue_kernel_dir):
+    """KERNEL_CPU_MASK=avx512bf16 makes the avx512 unit take the integer bf16 paths an Ice Lake
+    takes (read once per process, so in a child): every op in bf16 and fp16 must still match."""
+    if not has_isa("avx512"):
+        pytest.skip("this CPU cannot run the avx512 tier")
+    from kernel_harness.cpu import cpu_flags
+
+    if "avx512_bf16" not in cpu_flags():
+        pytest.skip("this CPU lacks AVX512-BF16, so test_op_matches_pytorch already runs the avx512 unit's "
+                    "integer bf16 paths")
+    env = {**os.environ, "KERNEL_CPU_MASK": "avx512bf16"}
+    env.pop("KERNEL_CPU_ISA", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+                          "-k", "test_op_matches_pytorch and avx512 and (bf16 or fp16)"],
+                         capture_output=True, text=True, env=env, timeout=1200, cwd=Path(__file__).parent)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1]
 
 
 def test_dispatch_tier_reads_the_knob_at_each_call(kernel, monkeypatch):

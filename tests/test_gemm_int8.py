@@ -9,9 +9,9 @@ no widening) against the float64 ground truth of ``examples/linear_int8/baseline
 the kernel sums in double, so its bf16 results are the float64 result's own
 rounding, not merely within an ulp of it. Tiers are forced with
 ``KERNEL_CPU_ISA``; a tier this CPU lacks is skipped with the reason. The
-package's avx512 tier needs AVX512-BF16 (package-wide, cpu_features.hpp), so
-on an AVX512 CPU without it (Ice Lake) the AVX512 unit's body is checked by
-``test_avx512_unit_runs_without_avx512_bf16``, which calls the unit directly.
+package's avx512 tier needs AVX512 F/BW/VL/DQ only (its AVX512-BF16
+instructions sit behind a run-time test); ``test_avx512_unit_runs_without_avx512_bf16``
+also calls the unit directly, outside torch.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def test_bad_inputs_name_the_parameter(kernel):
 
 def test_dispatcher_picks_the_best_tier_the_package_allows(kernel, monkeypatch):
     """Unforced, the op runs on the highest tier whose full feature set this CPU has
-    (the avx512 tier's set includes AVX512-BF16, package-wide)."""
+    (the avx512 tier's: AVX512 F/BW/VL/DQ)."""
     monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
     monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
     x, q = torch.randn(1, 64), torch.zeros(64, 64, dtype=torch.int8)
@@ -230,9 +230,9 @@ int main() {
 
 
 def test_avx512_unit_runs_without_avx512_bf16(int8_kernel_dir: Path, tmp_path: Path):
-    """The AVX512 body uses AVX512F only: run the unit directly (fp32 and bf16, tails,
-    bias) where the CPU has AVX512F/BW/VL/DQ, also where the package's avx512 tier is
-    unavailable for lack of AVX512-BF16 (Ice Lake). A BF16 instruction would SIGILL there."""
+    """Run the AVX512 unit directly (fp32 and bf16, tails, bias) where the CPU has
+    AVX512F/BW/VL/DQ, with or without AVX512-BF16 (Ice Lake): an unguarded BF16
+    instruction would SIGILL there."""
     needed = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
     if not needed <= cpu_flags():
         pytest.skip(f"this CPU lacks {', '.join(sorted(needed - cpu_flags()))}")

@@ -233,10 +233,8 @@ def test_installed_package_loads_in_a_fresh_process(linear_kernel_dir: Path):
 def test_avx512_unit_fp32_and_fp16_paths_run_on_an_avx512f_cpu(linear_kernel_dir: Path, tmp_path: Path):
     """The AVX512 unit, compiled with its own flags into a torch-free C++ driver, on exact data.
 
-    The dispatcher runs the avx512 tier only with AVX512-BF16 (a package-wide
-    requirement), so an AVX512F-only CPU (Ice Lake) would never execute the
-    16-lane code; its fp32 and fp16 paths use no BF16 instruction, so the
-    driver runs them directly (tails, panels, M below MR, both weight layouts).
+    Outside torch, on exact data: tails, panels, M below MR, both weight
+    layouts, wherever the CPU has AVX512 F/BW/VL/DQ (with or without AVX512-BF16).
     """
     from kernel_harness.cpu import cpu_flags
 

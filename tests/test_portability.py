@@ -407,20 +407,23 @@ def test_advice_targets_the_widest_tier_the_machine_runs_not_its_widest_flag():
     from kernel_harness.profiling.profile import roofline_suggestions
 
     full = fake_profile()
-    # Ice Lake: AVX512F/BW/VL/DQ but no AVX512-BF16 -> the generated avx512 tier never runs
+    # Ice Lake: AVX512F/BW/VL/DQ without AVX512-BF16 runs the avx512 unit (its BF16
+    # instructions sit behind a run-time test); Knights Landing (AVX512F, no BW/VL/DQ) does not
     ice_lake = fake_profile(flags=tuple(f for f in full.flags if f != "avx512_bf16"))
+    knl = fake_profile(flags=tuple(f for f in full.flags if f not in ("avx512bw", "avx512vl", "avx512dq")))
     zen3 = fake_profile(flags=("avx2", "fma", "f16c"))
-    assert widest_tier(full.has_flag) == "avx512"
-    assert widest_tier(ice_lake.has_flag) == "avx2" and widest_tier(zen3.has_flag) == "avx2"
-    vec = simd_strategy("reduction", "norm", "bf16", ice_lake, row_bytes=8192, name="rms_norm")["vector"]
+    assert widest_tier(full.has_flag) == "avx512" and widest_tier(ice_lake.has_flag) == "avx512"
+    assert widest_tier(knl.has_flag) == "avx2" and widest_tier(zen3.has_flag) == "avx2"
+    vec = simd_strategy("reduction", "norm", "bf16", knl, row_bytes=8192, name="rms_norm")["vector"]
     assert vec["vector_bits"] == 256 and vec["tier"] == "avx2" and "_mm512" not in vec["tail"]
-    assert "lacks avx512_bf16" in vec["tier_note"] and "work in the avx2 unit" in vec["tier_note"]
-    assert simd_strategy("reduction", "norm", "bf16", full, name="rms_norm")["vector"]["tier_note"] is None
+    assert "lacks avx512bw, avx512dq, avx512vl" in vec["tier_note"] and "work in the avx2 unit" in vec["tier_note"]
+    for machine in (full, ice_lake):
+        assert simd_strategy("reduction", "norm", "bf16", machine, name="rms_norm")["vector"]["tier_note"] is None
     rp = {"output": {}, "roofline_fraction": 0.3, "thread_scaling": 1.9, "threads": 2, "bound": "memory",
           "achieved_gbs": 3.0, "limits": {"bandwidth_gbs": 10.0}, "dtype": "bf16", "time_us": 100.0,
           "time_1t_us": 190.0}
-    for profile, expected in ((zen3, "256-bit loads in the avx2 unit"), (ice_lake, "256-bit loads in the avx2 unit"),
-                              (full, "512-bit loads in the avx512 unit")):
+    for profile, expected in ((zen3, "256-bit loads in the avx2 unit"), (knl, "256-bit loads in the avx2 unit"),
+                              (ice_lake, "512-bit loads in the avx512 unit"), (full, "512-bit loads in the avx512 unit")):
         steps = " ".join(s["next_step"] for s in roofline_suggestions(rp, profile, loaded=True))
         assert expected in steps
-        assert ("512-bit" in steps) == (profile is full)
+        assert ("512-bit" in steps) == (profile in (full, ice_lake))

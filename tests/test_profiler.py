@@ -150,7 +150,7 @@ def test_compute_fraction_is_of_the_peak_of_the_tier_the_kernel_runs(monkeypatch
     monkeypatch.setenv("KERNEL_CPU_ISA", "avx2")
     assert running_tier(machine) == "avx2"
     monkeypatch.delenv("KERNEL_CPU_ISA")
-    assert running_tier(machine) == "avx512"  # the fake machine has AVX512-BF16
+    assert running_tier(machine) == "avx512"  # the fake machine has AVX512 F/BW/VL/DQ
 
 
 def test_alloc_cost_without_out_parameter_uses_empty_plus_touch() -> None:

@@ -5,8 +5,8 @@ tests publish kernels: the RoPE-like scenario (a copy of the catalogue kernel
 whose AVX512 unit changed after its last execution) is refused with the message
 naming the tier, its unit and both ways out, and --drop-unverified-tiers
 publishes a rebuilt one-op kernel whose dispatcher falls back to a verified
-tier on a real CPU that has the dropped tier (avx512 -> avx2 on an AVX512-BF16
-machine; avx2 -> generic elsewhere: one rebuild per machine).
+tier on a real CPU that has the dropped tier (avx512 -> avx2 on a machine with
+AVX512 F/BW/VL/DQ; avx2 -> generic elsewhere: one rebuild per machine).
 """
 
 from __future__ import annotations
@@ -59,6 +59,31 @@ def test_statuses_follow_the_evidence_for_the_current_unit_only(kernel):
     assert tier_statuses(kernel, failing, here="HERE")[2].status == FAILED
 
 
+def test_an_avx512_unit_verified_only_without_avx512_bf16_says_its_bf16_branches_never_ran(kernel, monkeypatch):
+    """Ice Lake runs the avx512 unit but not its kBf16 branches: verified, with a note that says so,
+    until a run on a CPU with AVX512-BF16 (and without KERNEL_CPU_MASK=avx512bf16) adds evidence."""
+    from kernel_harness.portability.evidence import bf16_instructions_here
+
+    avx512 = declared_units(kernel)[2]
+    ice_lake = {**_ev(avx512, cpu="Ice Lake [avx2 avx512f avx512bw avx512vl avx512dq]"), "bf16_instructions": False}
+    status = tier_statuses(kernel, [ice_lake], here="HERE")[2]
+    assert status.verified and "AVX512-BF16 branches (kBf16) have not run" in status.note
+    assert "have not run" in tier_table_markdown([status])
+    spr = {**_ev(avx512, cpu="Sapphire Rapids [avx512f avx512_bf16]"), "bf16_instructions": True}
+    assert tier_statuses(kernel, [ice_lake, spr], here="HERE")[2].note == ""
+    older = _ev(avx512, cpu="Sapphire Rapids [avx2 avx512f avx512_bf16]")  # before the key existed: the flags say
+    assert tier_statuses(kernel, [older], here="HERE")[2].note == ""
+    # this process: the CPU's flag, unless the mask hides the instructions
+    monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", "avx2 fma f16c avx512f avx512bw avx512vl avx512dq avx512_bf16")
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+    assert bf16_instructions_here()
+    monkeypatch.setenv("KERNEL_CPU_MASK", "avx512bf16")
+    assert not bf16_instructions_here()
+    monkeypatch.delenv("KERNEL_CPU_MASK")
+    monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", "avx2 fma f16c avx512f avx512bw avx512vl avx512dq")
+    assert not bf16_instructions_here()
+
+
 def test_editing_a_unit_after_its_evidence_makes_it_unverified_and_the_refusal_says_why(kernel):
     units = declared_units(kernel)
     evidence = [_ev(u) for u in units]
@@ -108,20 +133,23 @@ def _catalogue_copy(catalogue_kernel_dir: Path, dest: Path) -> Path:
 
 @pytest.mark.slow
 def test_publish_refuses_a_kernel_whose_avx512_unit_changed_after_its_last_execution(catalogue_kernel_dir, tmp_path):
-    if has_isa("avx512"):
-        pytest.skip("this CPU runs the avx512 tier, so publish.py's own --tier all check verifies it")
+    """On an AVX512 CPU the harness and the kernel are told the CPU has none (as on a Zen 3):
+    otherwise publish.py's own --tier all check would run the changed unit and verify it."""
+    hide = ({"KERNEL_HARNESS_CPU_FLAGS": _HOST_WITHOUT["avx512"], "KERNEL_CPU_MASK": "avx512"}
+            if has_isa("avx512") else {})
     kernel = _catalogue_copy(catalogue_kernel_dir, tmp_path / "harness_catalogue")
     # the RoPE scenario: a benchmark on an AVX512 machine ran the avx512 unit, which changed since
     units = {u.tier: u for u in declared_units(kernel)}
     stale = {"correct": True, "tier_evidence": [
-        {"tier": "avx512", "executed": True, "correct": True, "cpu": "Xeon with AVX512-BF16",
+        {"tier": "avx512", "executed": True, "correct": True, "cpu": "Xeon with AVX512",
          "emulated": False, "reason": None, "source_hash": "f" * 64, "section": units["avx512"].section}]}
     carried = tmp_path / "bench-elsewhere.json"
     carried.write_text(json.dumps(stale))
     proc = run_script("publish", kernel, "--repo-id", "me/harness-catalogue", "--no-build", "--baseline",
                       RMS_BASELINE, "--op", "harness_catalogue.rms_norm", "--rounds", "3", "--tier-evidence",
                       carried, "--json", tmp_path / "r.json", cwd=tmp_path, timeout=1200,
-                      env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_unused", "HF_HUB_OFFLINE": "1"})
+                      env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_unused", "HF_HUB_OFFLINE": "1",
+                           **hide})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     message = " ".join(proc.stderr.split())
     assert "refuses to upload" in message
@@ -155,7 +183,7 @@ _LOAD_AND_DISPATCH = (
 def _fallback_skip_reason(dropped: str) -> str | None:
     """Why the case "a CPU that has ``dropped`` runs the published package without it" cannot run here."""
     if not has_isa(dropped):
-        needs = "AVX512-BF16 as well as AVX512F/BW/VL/DQ, e.g. Sapphire Rapids" if dropped == "avx512" else "AVX2"
+        needs = "AVX512 F/BW/VL/DQ, e.g. Skylake-SP, Ice Lake or Zen 4" if dropped == "avx512" else "AVX2"
         other = ("; the avx2 case proves the same mechanism on this CPU" if dropped == "avx512" and has_isa("avx2")
                  else "")
         return (f"this CPU cannot run the {dropped} tier (it lacks {', '.join(missing_flags(dropped))}), so a "

@@ -147,6 +147,40 @@ def test_bf16_intrinsic_without_bf16_flag(kernel: Path) -> None:
     assert "avx512bf16" in finding.message and "-mavx512bf16" in finding.message
 
 
+def generated_avx512_unit(tmp_path: Path) -> tuple[Path, str]:
+    from kernel_harness.scaffold import ScaffoldOptions, generate_project
+
+    root = tmp_path / "gen"
+    generate_project(ScaffoldOptions(ops=("rms_norm",), name="gen_kernel", directory=root))
+    return root, "gen_kernel_cpu/gen_kernel_avx512.cpp"
+
+
+def test_generated_avx512_unit_guards_every_bf16_instruction(tmp_path: Path) -> None:
+    """The template's own BF16 instructions all test kBf16: the unit runs on Ice Lake too."""
+    root, unit = generated_avx512_unit(tmp_path)
+    assert "kBf16 = bf16_instructions()" in (root / unit).read_text()
+    assert "bf16-unguarded" not in {f.code for f in validate_kernel(root).errors}
+
+
+def test_unguarded_bf16_instruction_in_generated_avx512_unit(tmp_path: Path) -> None:
+    """A VDPBF16PS without the kBf16 test would SIGILL on AVX512 CPUs without BF16 (Ice Lake)."""
+    root, unit = generated_avx512_unit(tmp_path)
+    edit(root, unit, "  if (kBf16) return bf16_dot_insn(", "  return bf16_dot_insn(")
+    found = [f for f in validate_kernel(root).errors if f.code == "bf16-unguarded"]
+    assert len(found) == 1 and found[0].file == unit and found[0].line is not None
+    assert "bf16_dot_insn" in found[0].message and "kBf16" in found[0].message and "Ice Lake" in found[0].message
+
+
+def test_bf16_intrinsic_in_generated_avx512_unit_is_refused_even_when_guarded(tmp_path: Path) -> None:
+    """An intrinsic behind `if (kBf16)` may still run speculatively: the unit must use the asm helpers."""
+    root, unit = generated_avx512_unit(tmp_path)
+    edit(root, unit, "  if (kBf16) return bf16_dot_insn(acc, x, x);",
+         "  if (kBf16) return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)x);")
+    found = [f for f in validate_kernel(root).errors if f.code in ("bf16-unguarded", "isa-not-enabled")]
+    assert [f.code for f in found] == ["bf16-unguarded"]
+    assert "speculatively" in found[0].message and "bf16_dot_insn" in found[0].message
+
+
 def test_one_tier_mixing_isa_levels(kernel: Path) -> None:
     # the AVX2 unit moved into the AVX512 section: compiled with AVX512 flags
     edit(kernel, "build.toml", 'src = ["kh_scale_cpu/kh_scale_avx2.cpp"]\n', 'src = []\n')

@@ -43,7 +43,7 @@ def _shape_row(shape: tuple[int, ...], cost: ShapeCost, *, kind: str, dtype: str
                machine: MachineProfile) -> dict[str, Any]:
     m = cost.gemm_mnk[0] if cost.gemm_mnk else None
     # the roofline of the kernel to write: its compute ceiling is the peak of the tier
-    # the generated dispatcher runs here (AVX2 on an AVX512 CPU without AVX512-BF16)
+    # the generated dispatcher runs here (AVX2 on a CPU without AVX512 F/BW/VL/DQ)
     limits = choose_limits(machine, kind=kind, dtype=dtype, m=m, tier=widest_tier(machine.has_flag))
     roof = roofline(cost.flops, cost.input_bytes, cost.output_bytes, limits)
     row_bytes = cost.row_len * DTYPE_BYTES[dtype] if kind in ("elementwise", "reduction") else None

@@ -9,9 +9,9 @@ the bandwidth of a copy into a preallocated buffer (what a kernel with an
 ``out=`` argument can reach) and the peak of the instruction the suggested
 strategy uses (fp32 FMA for element-wise work in any dtype, since bf16/fp16 are
 widened to fp32; the AVX512-BF16 dot product or AMX for bf16 GEMM), in the SIMD
-tier the kernel runs: a kernel running its AVX2 unit on an AVX512 machine (the
-generated avx512 unit needs AVX512-BF16, which an Ice Lake Xeon lacks) is held to
-the AVX2 FMA peak, not to a peak no instruction of its unit can reach.
+tier the kernel runs: a kernel running its AVX2 unit (a CPU without AVX512
+F/BW/VL/DQ, or KERNEL_CPU_ISA=avx2) is held to the AVX2 FMA peak, not to a peak
+no instruction of its unit can reach.
 
 A freshly allocated output is slower to write: every 4 KiB page faults on
 first touch.  ``floor_time_fresh_output_us`` charges the output bytes at the

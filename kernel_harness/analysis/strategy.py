@@ -116,8 +116,8 @@ STREAM_MAX_M = 8
 def gemm_path(dtype: str, m: int | None, machine: MachineProfile) -> tuple[str, str]:
     """Which GEMM micro-kernel fits this dtype and row count M here, and why.
 
-    The FMA paths follow the tier the generated dispatcher runs (an AVX512 CPU
-    without AVX512-BF16 runs the AVX2 unit), not the CPU's widest vectors.
+    The FMA paths follow the tier the generated dispatcher runs (AVX512 F/BW/VL/DQ
+    for the avx512 unit), not the CPU's widest vectors.
     """
     amx = machine.has_flag("amx_bf16") and machine.has_flag("amx_tile")
     if dtype == "bf16" and amx and (m is None or m >= AMX_MIN_M):
@@ -133,9 +133,9 @@ def gemm_path(dtype: str, m: int | None, machine: MachineProfile) -> tuple[str, 
     else:
         path, why = "avx2-fma", ("register-blocked FMA micro-kernel on 256-bit vectors (e.g. 6 rows x 2 vectors "
                                  "of 8: 12 accumulators of the 16 ymm registers) over a packed weight panel")
-        if dtype in ("bf16", "fp16"):
-            why += ("; no BF16 dot product here: widen bf16 to fp32 (zero-extend each 16-bit value and shift it "
-                    "into the high half) or fp16 with F16C, then FMA, accumulating in fp32")
+    if path != "avx512-bf16-dot" and path != "amx-brgemm" and dtype in ("bf16", "fp16"):
+        why += ("; no BF16 dot product here: widen bf16 to fp32 (zero-extend each 16-bit value and shift it "
+                "into the high half) or fp16 with F16C, then FMA, accumulating in fp32")
     if m is not None and m <= STREAM_MAX_M:
         why = (f"M = {m} <= {STREAM_MAX_M} (decode): each weight element is used only {m} time(s), so the call is "
                "bound by reading the weight: stream it once, threaded over N, with the M rows' accumulators "
@@ -205,8 +205,8 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
             refs += ["amx-tile-config", "amx-linux-permission", "vnni-packing"]
         if path == "avx512-bf16-dot" or dtype == "bf16":
             refs += ["avx512-bf16-dot", "vnni-packing"]
-        if path == "avx2-fma" and dtype == "bf16":
-            refs.append("bf16-widen-fma-avx2")
+        if path in ("avx2-fma", "avx512-fma") and dtype == "bf16":
+            refs.append("bf16-widen-fma-avx2")  # the widening is the same at 512 bits
         if any(q in lowered for q in ("int8", "w8", "i8", "quant", "q8")):
             refs += ["int8-dequant-gemm", "int8-dequant-gemm-avx2-exact"]
             steps += [

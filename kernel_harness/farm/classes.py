@@ -1,8 +1,9 @@
 """The CPU classes of a node and the Ray resources that advertise them.
 
 A *class* is a kernel tier a node can run (:mod:`kernel_harness.cpu` decides,
-with the same flag sets the kernels are compiled for: ``avx512`` needs
-AVX512-BF16, so an Ice Lake Xeon is an ``avx2`` node) plus ``amx``.  A node
+with the same flag sets the generated dispatcher checks: ``avx512`` needs
+AVX512 F/BW/VL/DQ, so an Ice Lake Xeon is an ``avx512`` node and a Zen 3 an
+``avx2`` one) plus ``amx``.  A node
 advertises, with quantity 1 each:
 
 * ``bench_slot`` - the one slot every benchmark holds, so jobs on a node run

@@ -17,11 +17,15 @@ record: the sources' hash, unchecked against the build). When the build and
 the sources disagree the build is stale: the entry carries ``stale_build``
 (how the unit differs) and the build's hash. It is null only when neither is
 at hand (``source_hash_reason`` says why). ``cpu`` names the machine (the
-emulated model for QEMU runs).
+emulated model for QEMU runs). An executed ``avx512`` entry also says whether
+the unit's AVX512-BF16 branches ran (``bf16_instructions``): the generated unit
+runs on every AVX512 F/BW/VL/DQ CPU and takes its integer bf16 paths where the
+CPU lacks AVX512-BF16 or ``KERNEL_CPU_MASK`` lists ``avx512bf16``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,11 +45,27 @@ def host_cpu() -> str:
     return f"{cpu_model()} [{' '.join(flags) or 'no AVX2/AVX512 flags'}]"
 
 
+def bf16_instructions_here() -> bool:
+    """Whether a generated avx512 unit started from here takes its AVX512-BF16 branches (``kBf16``)."""
+    masked = os.environ.get("KERNEL_CPU_MASK", "").lower().replace(" ", "").split(",")
+    return "avx512_bf16" in cpu_flags() and "avx512bf16" not in masked
+
+
+def ran_bf16_instructions(entry: dict[str, Any]) -> bool:
+    """Whether an executed avx512 entry ran the BF16 branches (older entries: from the CPU's flags)."""
+    if "bf16_instructions" in entry:
+        return bool(entry["bf16_instructions"])
+    return "avx512_bf16" in str(entry.get("cpu"))
+
+
 def _entry(unit: TierUnit | None, tier: str, *, executed: bool, correct: bool | None,
            reason: str | None, cpu: str, emulated: bool) -> dict[str, Any]:
-    return {"tier": tier, "section": unit.section if unit else None, "executed": executed,
-            "reason": None if executed else reason, "correct": correct if executed else None,
-            "cpu": cpu, "source_hash": unit.source_hash if unit else None, "emulated": emulated}
+    entry = {"tier": tier, "section": unit.section if unit else None, "executed": executed,
+             "reason": None if executed else reason, "correct": correct if executed else None,
+             "cpu": cpu, "source_hash": unit.source_hash if unit else None, "emulated": emulated}
+    if executed and tier == "avx512":
+        entry["bf16_instructions"] = False if emulated else bf16_instructions_here()
+    return entry
 
 
 # --------------------------------------------------------------------------- benchmark

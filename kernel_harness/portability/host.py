@@ -1,11 +1,11 @@
 """The widest dispatcher tier a machine runs: what advice and the demo aim at.
 
-The generated ``avx512`` tier is compiled with ``-mavx512bf16`` and the
-dispatcher requires AVX512 F/BW/VL/DQ *and* BF16 (``cpu_features.hpp``), so a
-CPU with AVX512F but no AVX512-BF16 (Ice Lake, Skylake-X, Zen 4 has it) runs
-the ``avx2`` tier: advice about 512-bit registers or knobs of the AVX512 unit
+The generated dispatcher runs its ``avx512`` tier on any CPU with AVX512
+F/BW/VL/DQ (``cpu_features.hpp``; the unit's AVX512-BF16 instructions sit
+behind a run-time test), its ``avx2`` tier on one with AVX2/FMA/F16C: advice
+about 512-bit registers or knobs of the AVX512 unit on a CPU without AVX512
 would be about code that never executes there. Flags are spelled as
-``/proc/cpuinfo`` spells them (``avx512_bf16``).
+``/proc/cpuinfo`` spells them (``avx512f``).
 """
 
 from __future__ import annotations

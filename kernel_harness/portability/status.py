@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .evidence import host_cpu
+from .evidence import host_cpu, ran_bf16_instructions
 from .units import TierUnit, declared_units
 
 VERIFIED_HERE = "verified here"
@@ -103,6 +103,9 @@ def tier_statuses(kernel_dir: Path, evidence: list[dict[str, Any]], *, here: str
         else:
             status = NEVER
         note = ""
+        if unit.tier == "avx512" and passed and not any(ran_bf16_instructions(e) for e in passed):
+            note = ("its AVX512-BF16 branches (kBf16) have not run: no machine above has AVX512-BF16 "
+                    "(Cooper Lake, Sapphire Rapids, Zen 4 do); its integer bf16 paths did")
         if status == NEVER and mine:
             note = (f"it ran {len(mine)} time(s), but on an older unit (hash "
                     f"{str(mine[-1].get('source_hash'))[:12]}, now {unit.source_hash[:12]})")

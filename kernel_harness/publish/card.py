@@ -27,8 +27,8 @@ TIER_CPUS: dict[str, tuple[str, str]] = {
     "generic": ("none beyond x86_64", "any x86_64 CPU (ATen fallback)"),
     "avx2": ("AVX2, FMA, F16C", "Intel Haswell (2013) and later, AMD Zen and later"),
     "avx512": (
-        "AVX512 F/BW/VL/DQ and AVX512-BF16",
-        "Intel Cooper Lake, Sapphire Rapids and later Xeons; AMD Zen 4 and later",
+        "AVX512 F/BW/VL/DQ (AVX512-BF16 instructions only where the CPU has them)",
+        "Intel Skylake-SP (2017) and later Xeons; AMD Zen 4 and later",
     ),
     "amx": ("AMX-TILE, AMX-BF16, AMX-INT8 (Linux grants AMX per process)", "Intel Sapphire Rapids and later Xeons"),
 }

@@ -19,8 +19,13 @@ DTYPE_TORCH = {"fp32": "at::kFloat", "bf16": "at::kBFloat16", "fp16": "at::kHalf
 DTYPE_HUMAN = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 DTYPE_ENUM = {"fp32": "DType::F32", "bf16": "DType::BF16", "fp16": "DType::F16"}
 
-_ELEMENTWISE_AVX512 = ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16")
-_GEMM_EXTRA = ("-mavx512vbmi", "-mamx-tile", "-mamx-bf16", "-mamx-int8")
+#: Exactly the tier's requirement (cpu_features.hpp: avx512_tier), nothing a Skylake-SP
+#: lacks: with -mavx512bf16 or -mavx512vbmi the compiler may emit those instructions
+#: where it likes (it ran a guarded VCVTNEPS2BF16 speculatively on an Ice Lake). The
+#: unit's AVX512-BF16 instructions are volatile asm behind kBf16 (avx512.cpp.in).
+_ELEMENTWISE_AVX512 = ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq")
+#: AMX intrinsics are volatile asm in GCC's headers and run only behind cpu_features().amx().
+_GEMM_EXTRA = ("-mamx-tile", "-mamx-bf16", "-mamx-int8")
 AVX2_FLAGS: tuple[str, ...] = ("-mavx2", "-mfma", "-mf16c", "-fopenmp")
 
 
@@ -40,7 +45,7 @@ def fp_contract_flag(all_catalogue: bool) -> str:
 
 
 def avx512_flags(kind: str) -> tuple[str, ...]:
-    """The AVX512 section's cxx-flags: GEMM/attention kernels add VBMI and AMX."""
+    """The AVX512 section's cxx-flags: GEMM/attention kernels add AMX."""
     extra = _GEMM_EXTRA if kind in ("gemm", "attention") else ()
     return (*_ELEMENTWISE_AVX512, *extra, "-fopenmp")
 

@@ -57,9 +57,10 @@ def check_isa(report: Report, source: Source, section: str, flags: tuple[str, ..
     """Every intrinsic must be enabled by the flags of the section that compiles it."""
     enabled = enabled_features(flags)
     reported: set[str] = set()
+    guarded_unit = is_bf16_guarded_unit(source)
     for word, offset, feature, flag in intrinsic_uses(source.code):
-        if feature in enabled or feature in reported:
-            continue
+        if feature in enabled or feature in reported or (guarded_unit and feature == "avx512bf16"):
+            continue  # (a generated avx512 unit's BF16 intrinsics: check_bf16_guard says what to do)
         reported.add(feature)
         report.error(
             "isa-not-enabled",
@@ -98,6 +99,59 @@ def check_mixing(report: Report, section: str, flags: tuple[str, ...], units: li
                     f"({' '.join(flags)}); the compiler may then emit AVX512 instructions in the AVX2 tier, "
                     "which crash with SIGILL on CPUs without AVX512. Move it to the AVX2 section.",
                 )
+
+
+#: The constant a generated avx512 unit tests before an AVX512-BF16 instruction,
+#: and the helpers that spell those instructions as volatile asm (avx512.cpp.in).
+BF16_GUARD = "kBf16"
+_BF16_GUARD_DEF_RE = re.compile(r"\bkBf16\s*=\s*bf16_instructions\s*\(")
+_BF16_INSN_CALL_RE = re.compile(r"\b(bf16_\w+_insn)\s*\(")
+_BF16_INSN_DEF_RE = re.compile(r"^\s*(?:static\s+)?(?:inline\s+)?(?!return\b|else\b)[\w:]+\s+bf16_\w+_insn\s*\(")
+
+
+def is_bf16_guarded_unit(source: Source) -> bool:
+    """A generated avx512 unit: it runs on AVX512 CPUs without AVX512-BF16 and guards with kBf16."""
+    return _BF16_GUARD_DEF_RE.search(source.code) is not None
+
+
+def check_bf16_guard(report: Report, source: Source) -> None:
+    """In a generated avx512 unit an AVX512-BF16 instruction runs only behind ``kBf16``.
+
+    The dispatcher runs that unit on every CPU with AVX512 F/BW/VL/DQ, and
+    Skylake-SP to Ice Lake lack AVX512-BF16. The unit is built without
+    ``-mavx512bf16`` and spells those instructions as volatile asm helpers
+    (``bf16_*_insn``): an intrinsic behind ``if (kBf16)`` is not safe, the
+    compiler may execute it speculatively (GCC 12 did: SIGILL on an Ice Lake).
+    So a BF16 intrinsic is an error here, and so is a helper call whose line
+    does not test ``kBf16`` (the check reads lines: ``kBf16 ? ... : ...`` or
+    ``if (kBf16) return ...;``). Units that do not define ``kBf16`` (not built
+    from our templates) are left to the ordinary ISA check.
+    """
+    if not is_bf16_guarded_unit(source):
+        return
+    why = ("this avx512 unit also runs on CPUs without AVX512-BF16 (Skylake-SP to Ice Lake: SIGILL there)")
+    for word, offset, feature, _flag in intrinsic_uses(source.code):
+        if feature == "avx512bf16":
+            report.error(
+                "bf16-unguarded", source.rel, source.line_of(offset),
+                f"{word} is an AVX512-BF16 intrinsic, and {why}; an intrinsic is unsafe even behind "
+                f"`if ({BF16_GUARD})` because the compiler may run it speculatively, so the unit is built "
+                "without -mavx512bf16. Call the unit's volatile-asm helpers instead (bf16_cvt_insn, "
+                f"bf16_cvt2_insn, bf16_dot_insn) with {BF16_GUARD} tested on the same line, or its "
+                "store/to_bf16_2/vsq2_acc helpers, which already do.",
+            )
+    lines = source.code.splitlines()
+    for match in _BF16_INSN_CALL_RE.finditer(source.code):
+        number = source.line_of(match.start())
+        line = lines[number - 1]
+        if BF16_GUARD in line or _BF16_INSN_DEF_RE.match(line):
+            continue
+        report.error(
+            "bf16-unguarded", source.rel, number,
+            f"{match.group(1)}(...) runs an AVX512-BF16 instruction, and {why}. Test {BF16_GUARD} on the "
+            f"same line and give the other branch the unit's integer path, e.g. "
+            f"`{BF16_GUARD} ? {match.group(1)}(...) : ...`.",
+        )
 
 
 def check_torch_in_tier(report: Report, source: Source, section: str) -> None:

@@ -18,6 +18,7 @@ from .isa import is_simd_section
 from .plan_view import compiled_sources, section_flags
 from .source_checks import (
     check_aligned_access,
+    check_bf16_guard,
     check_isa,
     check_mixing,
     check_tail,
@@ -151,6 +152,7 @@ def _check_structure(report: Report, root: Path, toml: BuildToml) -> None:
         units = [Source.read(p, root) for p in compiled_sources(root, kernel)]
         for unit in units:
             check_isa(report, unit, kernel.table, flags)
+            check_bf16_guard(report, unit)
             if simd:
                 check_torch_in_tier(report, unit, kernel.table)
                 check_aligned_access(report, unit)
