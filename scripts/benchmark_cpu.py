@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--against-max-s", type=float, default=BenchOptions.against_max_s, metavar="S",
                    help="with --against: stop adding rounds after S seconds of timing (default "
                         f"{BenchOptions.against_max_s:g}; 0 keeps the usual --rounds)")
+    p.add_argument("--speedup-precision", type=float, default=0.0, metavar="PCT",
+                   help="add rounds until the speedup's own 95 %% interval lies within PCT %% of it (e.g. 2), "
+                        "or --speedup-max-s of timing is spent: for a point estimate that must not move "
+                        "between runs by more than PCT %%; default 0, off (the usual --rounds)")
+    p.add_argument("--speedup-max-s", type=float, default=BenchOptions.speedup_max_s, metavar="S",
+                   help="with --speedup-precision: stop adding rounds after S seconds of timing (default "
+                        f"{BenchOptions.speedup_max_s:g})")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the run's input seeds (default: random, so nothing can be precomputed)")
     add_cluster_options(p)
@@ -89,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("atol", "rtol", "baseline_us", "timeout", "tolerance", "against_max_s"):
+    for name in ("atol", "rtol", "baseline_us", "timeout", "tolerance", "against_max_s",
+                 "speedup_max_s"):
         value = getattr(args, name)
         if value is not None and not value >= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be a non-negative number, not {value}.")
@@ -106,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         timing_processes=args.processes,
         threads=args.threads, seed=args.seed, against=args.against,
         against_precision=args.against_precision / 100, against_max_s=args.against_max_s,
+        speedup_precision=args.speedup_precision / 100, speedup_max_s=args.speedup_max_s,
     )
     bench = Benchmark(options)
     try:

@@ -167,3 +167,34 @@ def test_against_precision_outside_0_100_is_a_usage_error(tmp_path, bench_kernel
     code, _ = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm",
                         "--against", "bk_honest", "--against-precision", value)
     assert code == 2
+
+
+def test_speedup_precision_adds_rounds_to_the_plain_run(tmp_path, bench_kernels):
+    """--speedup-precision does for the speedup over the baseline what --against does for the
+    ratio of two builds: whole cycles of orders until the interval is tight or the time is spent."""
+    code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm",
+                             "--rounds", "4", "--calls", "5", "--speedup-precision", "3",
+                             "--speedup-max-s", "10")
+    assert code == 0, report["failures"]
+    ext = report["timing"]["speedup_rounds"]
+    assert ext["stopped"] in ("precise", "time") and ext["precision"] == pytest.approx(0.03)
+    assert ext["rounds"] == 4 + ext["added_rounds"] and ext["added_rounds"] % 2 == 0  # 2 orders of b, k
+    if ext["stopped"] == "precise":
+        assert ext["half_width"] <= 0.03
+    else:
+        assert ext["seconds"] <= 10 + 5  # the block that would pass the limit is not started
+    assert report["timing"]["kernel"]["rounds"] == report["timing"]["baseline"]["rounds"] == ext["rounds"]
+
+
+def test_speedup_precision_is_off_by_default(tmp_path, bench_kernels):
+    code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm",
+                             "--rounds", "3", "--calls", "3")
+    assert code == 0 and report["timing"]["speedup_rounds"] is None
+    assert report["timing"]["kernel"]["rounds"] == 3
+
+
+@pytest.mark.parametrize("args", [["--speedup-precision", "-1"], ["--speedup-precision", "100"],
+                                  ["--speedup-precision", "2", "--baseline-us", "100"]])
+def test_speedup_precision_usage_errors(tmp_path, bench_kernels, args):
+    code, _ = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm", *args)
+    assert code == 2

@@ -48,6 +48,10 @@ class BenchOptions:
     against_precision: float = 0.02
     # ... or this many seconds of timing are spent (0: only the usual rounds)
     against_max_s: float = 90.0
+    # the plain run adds rounds until the speedup's interval is this tight (0: off) ...
+    speedup_precision: float = 0.0
+    # ... or this many seconds of timing are spent (counted with --against's)
+    speedup_max_s: float = 90.0
 
 
 @dataclass
@@ -122,6 +126,7 @@ class BenchResult:
     against_build: dict[str, Any] | None = None
     against_failures: list[Failure] = field(default_factory=list)
     vs_against: dict[str, Any] | None = None
+    speedup_rounds: dict[str, Any] | None = None  # what --speedup-precision added (against.extend_against)
 
 
 #: Spot rounds this far (relative) from a cached baseline earn a note: two

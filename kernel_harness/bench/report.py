@@ -117,6 +117,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
             "kernel": result.kernel.summary() if result.kernel else None,
             "calls_per_round": result.calls_per_round,
             "rounds": len(result.kernel.rounds) if result.kernel else o.rounds,
+            "speedup_rounds": result.speedup_rounds,
             "processes_per_side": result.timing_processes,
             "cold": o.cold,
             "verified_timed_calls": result.verified_calls,
@@ -153,6 +154,18 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
     }
     record_tier_evidence(result, payload)  # "tier_evidence" (issue 24, kernel_harness/portability)
     return payload
+
+
+def _print_extension(console: Console, ext: dict[str, Any] | None, purpose: str, limit_flag: str) -> None:
+    """How many rounds were added until a ratio was precise (against.extend_against), and why it stopped."""
+    if not ext or ext["stopped"] == "disabled":
+        return
+    why = (f"its interval was within +-{100 * ext['precision']:g} %" if ext["stopped"] == "precise"
+           else f"{limit_flag} {ext['max_s']:g} s of timing was spent, the interval still "
+                f"+-{100 * (ext['half_width'] or 0):.1f} % (a difference smaller than that is not "
+                f"resolved: rerun, or raise {limit_flag})")
+    console.print(f"  {ext['rounds']} rounds ({ext['added_rounds']} added for {purpose}, "
+                  f"{ext['seconds']:.0f} s of timing), stopped because {why}")
 
 
 def _conditions(result: BenchResult) -> dict[str, Any]:
@@ -325,6 +338,7 @@ def _print_timing(payload: dict[str, Any], console: Console) -> None:
         spot_range = f" (95 % CI {spot_ci[0]:.3f}-{spot_ci[1]:.3f})" if spot_ci else ""
         console.print(f"side by side with this run's baseline spot rounds: {payload['speedup_spot']:.3f}x"
                       f"{spot_range} (what the trial tree ranks trials by)")
+    _print_extension(console, t.get("speedup_rounds"), "--speedup-precision", "--speedup-max-s")
     console.print(f"verified {t['verified_timed_calls']} randomly chosen timed calls")
     vs = payload.get("vs_against")
     if vs:
@@ -333,14 +347,7 @@ def _print_timing(payload: dict[str, Any], console: Console) -> None:
         console.print(f"[bold]side by side with --against {vs['against']}: {vs['ratio']:.3f}x{interval}: "
                       f"{vs['verdict']}[/bold] (against {vs['against_us']:.2f} us, candidate "
                       f"{vs['candidate_us']:.2f} us; > 1 means the candidate is faster)")
-        ext = vs.get("rounds")
-        if ext and ext["stopped"] != "disabled":
-            why = (f"its interval was within +-{100 * ext['precision']:g} %" if ext["stopped"] == "precise"
-                   else f"--against-max-s {ext['max_s']:g} s of timing was spent, the interval still "
-                        f"+-{100 * (ext['half_width'] or 0):.1f} % (a difference smaller than that is not "
-                        "resolved: rerun, or raise --against-max-s)")
-            console.print(f"  {ext['rounds']} rounds ({ext['added_rounds']} added for the comparison, "
-                          f"{ext['seconds']:.0f} s of timing), stopped because {why}")
+        _print_extension(console, vs.get("rounds"), "the comparison", "--against-max-s")
     tp = payload["throughput"]
     if tp:
         parts = []

@@ -79,6 +79,12 @@ def validate_options(o: BenchOptions) -> None:
         o.oracle = "fp64"
     if o.rounds < 1 or (o.calls_per_round is not None and o.calls_per_round < 1):
         raise UsageError("--rounds and --calls must be at least 1.")
+    if not 0 <= o.speedup_precision < 1:
+        raise UsageError(f"--speedup-precision {100 * o.speedup_precision:g}: give the speedup interval's "
+                         "wanted half-width as a percentage between 0 (off, the default) and 100, e.g. 2.")
+    if o.speedup_precision > 0 and o.baseline_us is not None:
+        raise UsageError("--speedup-precision adds rounds of the baseline and the kernel side by side, but "
+                         "--baseline-us skips timing the baseline. Drop one of the two.")
     if not 0 < o.against_precision < 1:
         raise UsageError(f"--against-precision {100 * o.against_precision:g}: give the interval's wanted "
                          "half-width as a percentage between 0 and 100 (default 2).")

@@ -168,19 +168,26 @@ def run_timing(session: Session, checker: Checker) -> None:
         started = time.monotonic()
         for rnd in range(o.rounds):
             one_round(rnd)
+        # more rounds, a whole cycle of orders at a time, until a ratio is precise enough
+        # to tell a small difference, or the time allowed is spent: the --against ratio,
+        # then (--speedup-precision) the speedup over the baseline
+        block = len(kworkers) * math.factorial(len(sides))
+
+        def run_block(first: int) -> None:
+            for rnd in range(first, first + block):
+                one_round(rnd)
+
+        done = o.rounds
         if aworkers:
-            # --against: more rounds, a whole cycle of orders at a time, until the ratio is
-            # precise enough to tell a small difference, or the time allowed is spent
-            block = len(kworkers) * math.factorial(len(sides))
-
-            def run_block(first: int) -> None:
-                for rnd in range(first, first + block):
-                    one_round(rnd)
-
             extension = extend_against(
-                against, kernel, rounds_done=o.rounds, block=block, run_block=run_block,
+                against, kernel, rounds_done=done, block=block, run_block=run_block,
                 started=started, precision=o.against_precision, max_s=o.against_max_s,
                 seed=s.rng.randrange(2**31))
+            done = extension["rounds"]
+        if o.speedup_precision > 0 and not cached:
+            r.speedup_rounds = extend_against(
+                base, kernel, rounds_done=done, block=block, run_block=run_block, started=started,
+                precision=o.speedup_precision, max_s=o.speedup_max_s, seed=s.rng.randrange(2**31))
     watch.run_queue, watch.steal_fraction = sampler.samples, sampler.steal_fraction
     watch.load_after = load_average()
     s.watch = watch
