@@ -65,6 +65,12 @@ MODE_BASELINES = {
     "against": PROJECT_ROOT / "tests" / "data" / "baselines" / "rms_norm_small.py",
     "slower": PROJECT_ROOT / "tests" / "data" / "baselines" / "rms_norm_medium.py",
 }
+#: benchmark_cpu.py arguments a mode always passes. The identical kernel IS eager's
+#: F.rms_norm, which rounds an fp32 result: 26-31 of the 4M bf16 outputs of
+#: examples/rms_norm flip by one ulp against its float64 ground truth, so the
+#: strict check fails eager itself; the fp64-oracle rule accepts it as exactly as
+#: accurate as the baseline (it is the baseline).
+MODE_EXTRA = {"identical": ["--oracle", "fp64", "--accept-if-as-accurate"]}
 #: the spin of the slower mode: 10 % of the call's own time
 SLOWER_SPIN_FRACTION = "0.10"
 BUSY_RANGE = (0.8, 1.25)
@@ -128,6 +134,8 @@ def summarize(runs: list[dict[str, Any]], mode: str) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "within_0.95_1.05": sum(0.95 <= s <= 1.05 for s in speedups),
         "paired_within_0.95_1.05": sum(0.95 <= s <= 1.05 for s in paired),
+        "within_0.98_1.02": sum(0.98 <= s <= 1.02 for s in speedups),
+        "paired_within_0.98_1.02": sum(0.98 <= s <= 1.02 for s in paired),
         "speedup_ci_contains_1": sum(_contains_one(r["speedup_ci"]) for r in runs),
         "speedup_min": min(speedups, default=None), "speedup_max": max(speedups, default=None),
         "unreliable": sum(r["reliable"] is False for r in runs),
@@ -167,7 +175,8 @@ def _headline(summary: dict[str, Any], mode: str, runs: int, busy: int) -> str:
         return (f"{summary['called_slower']} of {runs} runs call the 10 %-slower kernel slower "
                 f"({summary['called_faster']} faster)")
     return (f"{summary['within_0.95_1.05']} of {runs} speedups within 0.95-1.05 "
-            f"({summary['paired_within_0.95_1.05']} paired), {summary['speedup_ci_contains_1']} intervals "
+            f"({summary['paired_within_0.95_1.05']} paired), {summary['within_0.98_1.02']} within 0.98-1.02 "
+            f"({summary['paired_within_0.98_1.02']} paired), {summary['speedup_ci_contains_1']} intervals "
             "contain 1.0")
 
 
@@ -199,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     package, op, against = MODE_DEFAULTS[args.mode]
     package, op = _resolved(args.kernel_package or package), args.op or op
     against = _resolved(args.against or against) or (package if args.mode == "against" else None)
-    extra = args.extra.split() + (["--against", against] if against else [])
+    extra = MODE_EXTRA.get(args.mode, []) + args.extra.split() + (["--against", against] if against else [])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(IDENTICAL_KERNELS), env.get("PYTHONPATH", "")) if p)
     if args.mode == "slower":

@@ -257,6 +257,8 @@ def test_precision_script_counts_each_target():
     s = script.summarize([run(10.9, (7.4, 61)), run(10.9, (7.4, 61), reliable=False), run(1.1)], "identical")
     assert s["unreliable_or_within_0.8_1.25"] == 2 and s["unreliable"] == 1
     assert s["within_0.95_1.05"] == 0 and s["speedup_ci_contains_1"] == 1
+    s = script.summarize([run(1.01), run(0.975), run(1.03)], "identical")
+    assert s["within_0.98_1.02"] == 1 and s["within_0.95_1.05"] == 3
 
 
 
@@ -285,6 +287,10 @@ def test_precision_script_passes_absolute_paths_to_its_runs(tmp_path, monkeypatc
     # an installed package name is passed on as it is
     assert script.main(["--runs", "1", "--mode", "slower"]) == 0
     assert seen[1][1] == "bk_native_spin" and seen[1][2][-2:] == ["--against", "bk_native"]
+    # identical: the kernel is eager's own op, accepted by the fp64 oracle rule (eager's bf16
+    # rms_norm flips ~30 of 4M elements by one ulp against the float64 ground truth)
+    assert script.main(["--runs", "1", "--mode", "identical", "--extra", "--speedup-precision 2"]) == 0
+    assert seen[2][2] == ["--oracle", "fp64", "--accept-if-as-accurate", "--speedup-precision", "2"]
 
 def test_a_refreshed_baseline_is_judged_by_the_run_itself_not_the_load_average():
     """``trial_manager.py baseline-us --refresh`` times the value every later --baseline-us

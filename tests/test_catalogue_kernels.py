@@ -240,6 +240,29 @@ def test_dispatch_tier_reads_the_knob_at_each_call(kernel, monkeypatch):
     assert kernel.dispatch_tier("softmax", x) == "generic"
 
 
+def test_bf16_table_ops_run_avx2_where_gathers_are_slow(kernel, monkeypatch):
+    """silu_and_mul, gelu_and_mul and softmax in bf16 look values up in tables; where vector
+    gathers are slow (no AMX in CPUID: Skylake-SP to Ice Lake, Zen 4) their avx2 unit beat the
+    avx512 one side by side, so the dispatcher runs avx2 there; fp32 keeps the widest tier, and
+    KERNEL_CPU_ISA still forces either."""
+    from kernel_harness.cpu import cpu_flags
+
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+    monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
+    tiers = kernel.available_tiers()
+    slow_gathers = "avx512" in tiers and "avx2" in tiers and "amx_tile" not in cpu_flags()
+    for op, x in (("silu_and_mul", torch.randn(64, 512)), ("gelu_and_mul", torch.randn(64, 512)),
+                  ("softmax", torch.randn(64, 4096))):
+        assert kernel.dispatch_tier(op, x) == tiers[-1]
+        assert kernel.dispatch_tier(op, x.bfloat16()) == ("avx2" if slow_gathers else tiers[-1])
+        if "avx512" in tiers:
+            monkeypatch.setenv("KERNEL_CPU_ISA", "avx512")
+            assert kernel.dispatch_tier(op, x.bfloat16()) == "avx512"
+            monkeypatch.delenv("KERNEL_CPU_ISA")
+    assert kernel.dispatch_tier("rms_norm", torch.randn(64, 4096).bfloat16(),
+                                torch.randn(4096).bfloat16()) == tiers[-1]
+
+
 def test_small_inputs_below_the_threshold_use_the_generic_tier(kernel, monkeypatch):
     monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
     monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)

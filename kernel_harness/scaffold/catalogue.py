@@ -74,6 +74,9 @@ class OpSpec:
     # SIMD tiers, so the dispatcher runs it (an op whose bridge passes the dtype to
     # pick_tier; KERNEL_CPU_ISA still forces a tier)
     library_rules: tuple[LibraryRule, ...] = ()
+    # Dtypes whose avx512 body loses to the avx2 one where vector gathers are slow
+    # (fast_gathers() false: Skylake-SP to Ice Lake, Zen 4): there the dispatcher runs avx2
+    slow_gather_avx2_dtypes: tuple[str, ...] = ()
 
 
 CATALOGUE: dict[str, OpSpec] = {
@@ -87,9 +90,16 @@ CATALOGUE: dict[str, OpSpec] = {
             "add_rms_norm.op",
             1,
         ),
-        OpSpec("silu_and_mul", "elementwise", "silu_and_mul(x, out=None)", "silu_and_mul.op", 1),
-        OpSpec("gelu_and_mul", "elementwise", "gelu_and_mul(x, out=None)", "gelu_and_mul.op", 1),
-        OpSpec("softmax", "reduction", "softmax(x, out=None)", "softmax.op", 1),
+        # bf16 by 65536-entry tables: on an Ice Lake Xeon VM (scalar-load lookups in both
+        # units, since its gathers are slow) the avx2 unit beat the avx512 one side by side,
+        # intervals apart: silu_and_mul 1.77x vs 1.51x eager, gelu_and_mul 2.28x vs 1.92x,
+        # softmax 1.18x vs 1.04x (bench_catalogue.py --tier all, 2026-12-02)
+        OpSpec("silu_and_mul", "elementwise", "silu_and_mul(x, out=None)", "silu_and_mul.op", 1,
+               slow_gather_avx2_dtypes=("bf16",)),
+        OpSpec("gelu_and_mul", "elementwise", "gelu_and_mul(x, out=None)", "gelu_and_mul.op", 1,
+               slow_gather_avx2_dtypes=("bf16",)),
+        OpSpec("softmax", "reduction", "softmax(x, out=None)", "softmax.op", 1,
+               slow_gather_avx2_dtypes=("bf16",)),
         OpSpec("layer_norm", "reduction", "layer_norm(x, weight, bias, eps=1e-5, out=None)", "layer_norm.op", 1),
         # fp32 from M = 32 and 32K elements of x: MKL's fp32 GEMM beats the AVX2 tier there
         # (measured side by side on Ice Lake, which runs the AVX2 tier and MKL's AVX512 code,

@@ -200,6 +200,10 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
         f'rows * cols >= {rule.min_elements}) return true;\n'
         for spec in specs for rule in spec.library_rules
     )
+    avx2_rules = "".join(
+        f'  if (op == "{spec.name}" && dt == {DTYPE_ENUM[dtype]}) return true;\n'
+        for spec in specs for dtype in spec.slow_gather_avx2_dtypes
+    )
     dtype_condition = " || ".join(f"t == {DTYPE_TORCH[d]}" for d in options.dtypes)
     values = {
         **base,
@@ -211,6 +215,7 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
         "generic_bodies": "\n".join(sections["generic"]),
         "thresholds": thresholds,
         "library_rules": library_rules,
+        "slow_gather_avx2_rules": avx2_rules,
         "bridge_bodies": "\n".join(sections["bridge"]),
         "bridge_decls": "".join(sections["bridge_decl"]),
         "binding_defs": "".join(sections["binding"]),
