@@ -25,8 +25,8 @@ FLAGS_ENV_VAR = "KERNEL_HARNESS_CPU_FLAGS"
 TIERS: tuple[str, ...] = ("generic", "avx2", "avx512")
 
 #: The flags each tier needs to run (the generated dispatcher's checks in
-#: ``cpu_features.hpp``): AVX512 F/BW/VL/DQ; the unit is also compiled with
-#: ``-mavx512bf16`` but takes those instructions only where the CPU has them
+#: ``cpu_features.hpp``): AVX512 F/BW/VL/DQ, exactly the unit's flags; its
+#: AVX512-BF16 instructions are asm it runs only where the CPU has them
 #: (``bf16_instructions``), so Skylake-SP and Ice Lake run it too.  AVX2 uses
 #: FMA and F16C for fp16.  ``amx`` is not a dispatcher tier but GEMM kernels
 #: test for it.

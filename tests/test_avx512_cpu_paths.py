@@ -57,7 +57,7 @@ def test_bf16_asm_helpers_compile_to_the_intrinsics_instructions(tmp_path: Path)
         pytest.skip("needs g++ and objdump (binutils) on PATH")
     plan = plan_project(ScaffoldOptions(ops=("rms_norm",), name="bf16_probe", directory=tmp_path / "k"))
     unit = plan.files["bf16_probe_cpu/bf16_probe_avx512.cpp"]
-    assert "kBf16 = bf16_instructions()" in unit
+    assert "#define kBf16 (bf16_on())" in unit
     source = ["#include <immintrin.h>", "using V = __m512;", _helper_definitions(unit)]
     for name, (signature, intrinsic, args) in HELPERS.items():
         source.append(f'extern "C" {signature.format(name="asm_" + name)} {{ return {name}({args}); }}')

@@ -158,7 +158,7 @@ def generated_avx512_unit(tmp_path: Path) -> tuple[Path, str]:
 def test_generated_avx512_unit_guards_every_bf16_instruction(tmp_path: Path) -> None:
     """The template's own BF16 instructions all test kBf16: the unit runs on Ice Lake too."""
     root, unit = generated_avx512_unit(tmp_path)
-    assert "kBf16 = bf16_instructions()" in (root / unit).read_text()
+    assert "#define kBf16 (bf16_on())" in (root / unit).read_text()
     assert "bf16-unguarded" not in {f.code for f in validate_kernel(root).errors}
 
 

@@ -126,8 +126,10 @@ def gemm_path(dtype: str, m: int | None, machine: MachineProfile) -> tuple[str, 
     if dtype == "bf16" and machine.has_flag("avx512_bf16"):
         path, why = "avx512-bf16-dot", (
             f"M = {m} < {AMX_MIN_M}: a GEMV-like shape; AMX tiles would be mostly empty, "
-            "_mm512_dpbf16_ps over pairs of K with fp32 accumulators is faster"
-            if amx else "no AMX here: _mm512_dpbf16_ps over pairs of K with fp32 accumulators")
+            "VDPBF16PS over pairs of K with fp32 accumulators is faster"
+            if amx else "no AMX here: VDPBF16PS over pairs of K with fp32 accumulators")
+        why += (" (in a generated avx512 unit: bf16_dot_insn on a line that tests kBf16, the widening FMA "
+                "path as the other branch, since the unit also runs on AVX512 CPUs without BF16)")
     elif widest_tier(machine.has_flag) == "avx512":
         path, why = "avx512-fma", "register-blocked FMA micro-kernel (e.g. 4 rows x 2-3 vector columns) or cpublas brgemm"
     else:

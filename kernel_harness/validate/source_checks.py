@@ -104,13 +104,14 @@ def check_mixing(report: Report, section: str, flags: tuple[str, ...], units: li
 #: The constant a generated avx512 unit tests before an AVX512-BF16 instruction,
 #: and the helpers that spell those instructions as volatile asm (avx512.cpp.in).
 BF16_GUARD = "kBf16"
-_BF16_GUARD_DEF_RE = re.compile(r"\bkBf16\s*=\s*bf16_instructions\s*\(")
+_BF16_GUARD_DEF_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+kBf16\b", re.MULTILINE)
 _BF16_INSN_CALL_RE = re.compile(r"\b(bf16_\w+_insn)\s*\(")
 _BF16_INSN_DEF_RE = re.compile(r"^\s*(?:static\s+)?(?:inline\s+)?(?!return\b|else\b)[\w:]+\s+bf16_\w+_insn\s*\(")
 
 
 def is_bf16_guarded_unit(source: Source) -> bool:
-    """A generated avx512 unit: it runs on AVX512 CPUs without AVX512-BF16 and guards with kBf16."""
+    """A generated avx512 unit (it defines the kBf16 test): it runs on AVX512 CPUs without
+    AVX512-BF16 and guards its BF16 instructions with kBf16."""
     return _BF16_GUARD_DEF_RE.search(source.code) is not None
 
 
