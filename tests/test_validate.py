@@ -181,6 +181,17 @@ def test_bf16_intrinsic_in_generated_avx512_unit_is_refused_even_when_guarded(tm
     assert "speculatively" in found[0].message and "bf16_dot_insn" in found[0].message
 
 
+def test_generated_avx512_section_may_not_enable_more_than_the_tier_checks(tmp_path: Path) -> None:
+    """-mavx512bf16 (or VBMI, or -march=native) lets the compiler put those instructions anywhere in a
+    unit the dispatcher runs on Ice Lake; the generated flags themselves are clean."""
+    root, _unit = generated_avx512_unit(tmp_path)
+    assert "isa-beyond-tier" not in {f.code for f in validate_kernel(root).errors}
+    edit(root, "build.toml", '"-mavx512dq",', '"-mavx512dq", "-mavx512bf16", "-mavx512vbmi",')
+    found = [f for f in validate_kernel(root).errors if f.code == "isa-beyond-tier"]
+    assert len(found) == 1 and found[0].file == "build.toml" and found[0].line is not None
+    assert "avx512bf16, avx512vbmi" in found[0].message and "kernel.gen_kernel_cpu_avx512" in found[0].message
+
+
 def test_one_tier_mixing_isa_levels(kernel: Path) -> None:
     # the AVX2 unit moved into the AVX512 section: compiled with AVX512 flags
     edit(kernel, "build.toml", 'src = ["kh_scale_cpu/kh_scale_avx2.cpp"]\n', 'src = []\n')

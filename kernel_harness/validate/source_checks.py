@@ -155,6 +155,32 @@ def check_bf16_guard(report: Report, source: Source) -> None:
         )
 
 
+#: What a generated avx512 unit may be compiled for: the dispatcher's avx512 check
+#: (F/BW/VL/DQ, and what they imply) plus AMX, whose intrinsics are volatile asm
+#: that runs only behind cpu_features().amx().
+_AVX512_TIER_FEATURES = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "avx2", "avx", "fma",
+                         "f16c", "sse", "amx-tile", "amx-bf16", "amx-int8"}
+
+
+def check_avx512_tier_flags(report: Report, section: str, flags: tuple[str, ...], units: list[Source],
+                            line: int | None) -> None:
+    """A generated avx512 unit runs on every CPU with AVX512 F/BW/VL/DQ, so its flags may
+    enable nothing beyond that: with -mavx512bf16, -mavx512vbmi or -march=native the
+    compiler may emit those instructions anywhere in the unit (SIGILL on Skylake-SP)."""
+    if not any(is_bf16_guarded_unit(unit) for unit in units):
+        return
+    extra = sorted(enabled_features(flags) - _AVX512_TIER_FEATURES)
+    if extra:
+        report.error(
+            "isa-beyond-tier", "build.toml", line,
+            f"[{section}] enables {', '.join(extra)} for a generated avx512 unit, which the dispatcher runs "
+            "on every CPU with AVX512 F/BW/VL/DQ (Skylake-SP to Ice Lake lack them): the compiler may then "
+            "use those instructions anywhere in the unit. Keep the cxx-flags to -mavx512f -mavx512bw "
+            "-mavx512vl -mavx512dq (plus -mamx-* for GEMM); an instruction beyond them goes in volatile asm "
+            "behind a run-time test, as bf16_dot_insn does behind kBf16.",
+        )
+
+
 def check_torch_in_tier(report: Report, source: Source, section: str) -> None:
     for header, number in source.includes():
         if _TORCH_HEADER_RE.match(header):

@@ -18,6 +18,7 @@ from .isa import is_simd_section
 from .plan_view import compiled_sources, section_flags
 from .source_checks import (
     check_aligned_access,
+    check_avx512_tier_flags,
     check_bf16_guard,
     check_isa,
     check_mixing,
@@ -158,6 +159,8 @@ def _check_structure(report: Report, root: Path, toml: BuildToml) -> None:
                 check_aligned_access(report, unit)
                 check_tail(report, unit)
         check_mixing(report, kernel.table, flags, units, kernel.line, "build.toml")
+        check_avx512_tier_flags(report, kernel.table, flags, units,
+                                toml.line_of(kernel.table, "cxx-flags") or kernel.line)
 
     if toml.torch is not None:  # the binding is compiled with [torch] cxx-flags only
         for src in toml.torch.src:
