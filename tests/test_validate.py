@@ -192,6 +192,15 @@ def test_generated_avx512_section_may_not_enable_more_than_the_tier_checks(tmp_p
     assert "avx512bf16, avx512vbmi" in found[0].message and "kernel.gen_kernel_cpu_avx512" in found[0].message
 
 
+def test_intrinsic_beyond_the_tier_in_generated_avx512_unit_points_to_asm_not_a_flag(tmp_path: Path) -> None:
+    root, unit = generated_avx512_unit(tmp_path)
+    text = (root / unit).read_text()
+    (root / unit).write_text(text + "\nstatic __m512i vnni_probe(__m512i a) { return _mm512_dpbusd_epi32(a, a, a); }\n")
+    found = [f for f in validate_kernel(root).errors if f.code == "isa-not-enabled"]
+    assert len(found) == 1 and "avx512vnni" in found[0].message
+    assert "may not be added" in found[0].message and "volatile asm" in found[0].message
+
+
 def test_one_tier_mixing_isa_levels(kernel: Path) -> None:
     # the AVX2 unit moved into the AVX512 section: compiled with AVX512 flags
     edit(kernel, "build.toml", 'src = ["kh_scale_cpu/kh_scale_avx2.cpp"]\n', 'src = []\n')

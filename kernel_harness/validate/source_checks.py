@@ -62,13 +62,18 @@ def check_isa(report: Report, source: Source, section: str, flags: tuple[str, ..
         if feature in enabled or feature in reported or (guarded_unit and feature == "avx512bf16"):
             continue  # (a generated avx512 unit's BF16 intrinsics: check_bf16_guard says what to do)
         reported.add(feature)
+        fix = (f"Move this code to the {LEVEL_NAMES[LEVEL_OF_FEATURE.get(feature, 1)]} tier unit, or add {flag} "
+               "to that section only if this unit is meant for that ISA.")
+        if guarded_unit and feature not in _AVX512_TIER_FEATURES:
+            fix = (f"This generated avx512 unit runs on every CPU with AVX512 F/BW/VL/DQ, so {flag} may not be "
+                   "added (isa-beyond-tier): write the instruction as volatile asm behind a run-time test of "
+                   "the CPU, as bf16_dot_insn is behind kBf16, or keep to AVX512 F/BW/VL/DQ.")
         report.error(
             "isa-not-enabled",
             source.rel,
             source.line_of(offset),
             f"{word} needs {feature}, which the cxx-flags of [{section}] do not enable "
-            f"(flags: {' '.join(flags) or 'none'}). Move this code to the {LEVEL_NAMES[LEVEL_OF_FEATURE.get(feature, 1)]} "
-            f"tier unit, or add {flag} to that section only if this unit is meant for that ISA.",
+            f"(flags: {' '.join(flags) or 'none'}). {fix}",
         )
 
 
