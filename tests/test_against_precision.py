@@ -198,3 +198,14 @@ def test_speedup_precision_is_off_by_default(tmp_path, bench_kernels):
 def test_speedup_precision_usage_errors(tmp_path, bench_kernels, args):
     code, _ = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm", *args)
     assert code == 2
+
+
+def test_against_rounds_count_the_rounds_speedup_precision_added_after_it(tmp_path, bench_kernels):
+    """With both options the comparison's record covers every round its ratio was computed from."""
+    code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op", "bk_honest.rms_norm",
+                             "--against", "bk_honest", "--rounds", "6", "--calls", "3", "--against-max-s", "3",
+                             "--speedup-precision", "0.5", "--speedup-max-s", "8")
+    assert code == 0, report["failures"]
+    total = report["timing"]["kernel"]["rounds"]
+    assert report["timing"]["speedup_rounds"]["rounds"] == total
+    assert report["vs_against"]["rounds"]["rounds"] == total == report["against"]["timing"]["rounds"]

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from . import stats, tree
-from .against import compare_against, extend_against
+from .against import compare_against, extend_against, half_width
 from .checking import Checker
 from .conditions import RunQueueSampler, Watch, load_average
 from .options import DRIFT_NOTE, MAX_COLD_SETS, BenchResult, baseline_drift, spot_rounds
@@ -188,6 +188,12 @@ def run_timing(session: Session, checker: Checker) -> None:
             r.speedup_rounds = extend_against(
                 base, kernel, rounds_done=done, block=block, run_block=run_block, started=started,
                 precision=o.speedup_precision, max_s=o.speedup_max_s, seed=s.rng.randrange(2**31))
+            if extension is not None and r.speedup_rounds["added_rounds"]:
+                # the ratio is computed from every round: say so, with the interval it now has
+                extension["rounds"] = r.speedup_rounds["rounds"]
+                extension["added_rounds"] = extension["rounds"] - o.rounds
+                width = half_width(against, kernel, seed=s.rng.randrange(2**31))
+                extension["half_width"] = round(width, 4) if width is not None else None
     watch.run_queue, watch.steal_fraction = sampler.samples, sampler.steal_fraction
     watch.load_after = load_average()
     s.watch = watch
