@@ -185,9 +185,13 @@ def test_against_times_both_builds_in_workers_of_the_same_history(tmp_path):
                              "--against-max-s", "0")
     assert code == 0, report["failures"]
     vs = report["vs_against"]
-    # timed by the traced worker, the candidate read ~0.2x of itself, called "slower"
+    # timed by the traced worker, the candidate read ~0.2x of itself, called "slower".
+    # Whether the interval of a build against itself contains 1.0 is a 95 % property,
+    # measured by scripts/bench_harness_precision.py --mode against, not asserted per
+    # run (a fresh-clone CI run read 0.936x, CI 0.882-0.983, on a quiet machine): a
+    # reliable run must sit in the band an identical build keeps, far from 0.2x.
     assert 0.5 <= vs["ratio"] <= 2.0, (vs, report["conditions"])
-    assert vs["verdict"] != "slower" or not report["reliable"], (vs, report["conditions"])
+    assert 0.8 <= vs["ratio"] <= 1.25 or not report["reliable"], (vs, report["conditions"])
 
 
 @pytest.mark.slow
