@@ -30,10 +30,14 @@ TIERS: tuple[str, ...] = ("generic", "avx2", "avx512")
 #: (``bf16_instructions``), so Skylake-SP and Ice Lake run it too.  AVX2 uses
 #: FMA and F16C for fp16.  ``amx`` is not a dispatcher tier but GEMM kernels
 #: test for it.
+#: The avx512 tier's features in one place: the CPU check here, the unit's -m
+#: flags (scaffold/catalogue.py) and what the validator lets a generated avx512
+#: unit enable (validate/source_checks.py) all read this tuple.
+AVX512_TIER_FEATURES: tuple[str, ...] = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 REQUIRED_FLAGS: dict[str, frozenset[str]] = {
     "generic": frozenset(),
     "avx2": frozenset({"avx2", "fma", "f16c"}),
-    "avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+    "avx512": frozenset(AVX512_TIER_FEATURES),
     "amx": frozenset({"amx_tile", "amx_bf16", "amx_int8"}),
 }
 

@@ -154,3 +154,25 @@ def force_tier(monkeypatch):
         monkeypatch.setenv("KERNEL_CPU_ISA", tier)
 
     return force
+
+
+def compile_tier_unit(plan, package: str, tier: str, wrapper: str, directory: Path):
+    """The planned package's ``tier`` unit, compiled with its build.toml flags next to
+    a C ``wrapper`` (which sees ``<package>_tiers.hpp``) and loaded with ctypes: tests
+    call a body directly, without a torch build. Skips where this CPU cannot run the
+    tier, with the missing flags as reason."""
+    import ctypes
+    import tomllib
+
+    if not has_isa(tier):
+        pytest.skip(skip_reason(tier))
+    ns = f"{package}_cpu"
+    flags = tomllib.loads(plan.files["build.toml"])["kernel"][f"{ns}_{tier}"]["cxx-flags"]
+    (directory / f"{package}_tiers.hpp").write_text(plan.files[f"{ns}/{package}_tiers.hpp"])
+    (directory / "cpu_features.hpp").write_text(plan.files[f"{ns}/cpu_features.hpp"])
+    (directory / "unit.cpp").write_text(plan.files[f"{ns}/{package}_{tier}.cpp"])
+    (directory / "wrap.cpp").write_text(f'#include "{package}_tiers.hpp"\n{wrapper}\n')
+    lib = directory / "unit.so"
+    subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib)],
+                   cwd=directory, check=True, capture_output=True, timeout=600)
+    return ctypes.CDLL(str(lib))

@@ -12,7 +12,7 @@ import torch
 
 from bench_helpers import RMS, run_bench
 from kernel_harness.bench import layout, stats
-from kernel_harness.bench.against import extend_against, half_width
+from kernel_harness.bench.against import extend_until_precise, half_width
 
 
 def _noisy_rounds(label: str, centre: float, count: int, rng: random.Random, spread: float = 0.15,
@@ -46,8 +46,8 @@ def test_rounds_are_added_until_the_interval_is_tight():
     source = _Source(1000, 1000)
     source.add(6)
     before = half_width(source.against, source.candidate, seed=1)
-    ext = extend_against(source.against, source.candidate, rounds_done=6, block=6, run_block=source.run_block,
-                         started=time.monotonic(), precision=0.02, max_s=60, seed=1)
+    ext = extend_until_precise(source.against, source.candidate, rounds_done=6, block=6, run_block=source.run_block,
+                               started=time.monotonic(), precision=0.02, max_s=60, seed=1)
     assert before is not None and before > 0.02  # six noisy rounds were not enough
     assert ext["stopped"] == "precise" and ext["half_width"] <= 0.02
     assert ext["rounds"] == len(source.candidate.rounds) == 6 + ext["added_rounds"]
@@ -60,8 +60,8 @@ def test_rounds_are_added_until_the_interval_is_tight():
 def test_a_real_difference_is_resolved_by_the_added_rounds():
     source = _Source(1100, 1000, seed=3)  # the candidate is 10 % faster
     source.add(6)
-    extend_against(source.against, source.candidate, rounds_done=6, block=6, run_block=source.run_block,
-                   started=time.monotonic(), precision=0.02, max_s=60, seed=1)
+    extend_until_precise(source.against, source.candidate, rounds_done=6, block=6, run_block=source.run_block,
+                         started=time.monotonic(), precision=0.02, max_s=60, seed=1)
     assert stats.speedup(source.against, source.candidate, seed=4).verdict() == "kernel faster"
 
 
@@ -69,8 +69,8 @@ def test_the_time_limit_stops_the_rounds_and_says_so():
     source = _Source(1000, 1000)
     source.add(6)
     # as if the usual rounds had already taken 50 s of a 60 s allowance: one more block won't fit
-    ext = extend_against(source.against, source.candidate, rounds_done=6, block=6, run_block=source.run_block,
-                         started=time.monotonic() - 50, precision=0.001, max_s=60, seed=1)
+    ext = extend_until_precise(source.against, source.candidate, rounds_done=6, block=6, run_block=source.run_block,
+                               started=time.monotonic() - 50, precision=0.001, max_s=60, seed=1)
     assert ext["stopped"] == "time" and ext["added_rounds"] == 0 and source.blocks == []
     assert ext["half_width"] > 0.001
 
@@ -78,8 +78,8 @@ def test_the_time_limit_stops_the_rounds_and_says_so():
 def test_max_s_zero_keeps_the_usual_rounds():
     source = _Source(1000, 1000)
     source.add(6)
-    ext = extend_against(source.against, source.candidate, rounds_done=6, block=6, run_block=source.run_block,
-                         started=time.monotonic(), precision=0.02, max_s=0, seed=1)
+    ext = extend_until_precise(source.against, source.candidate, rounds_done=6, block=6, run_block=source.run_block,
+                               started=time.monotonic(), precision=0.02, max_s=0, seed=1)
     assert ext["stopped"] == "disabled" and source.blocks == []
 
 

@@ -21,15 +21,12 @@ import ctypes
 import importlib.util
 import json
 import shutil
-import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
 import torch
 
-from fixtures_kernels import GEMM_PACKAGE
-from kernel_harness.cpu import cpu_flags
+from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit
 from kernel_harness.scaffold import ScaffoldOptions, plan_project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,9 +38,6 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 #: not multiples of the key block), grouped-query groups of 2, 4 and 8, batch 1.
 SHAPES = ((1, 1, 1, 1, 1), (2, 4, 4, 17, 7), (2, 8, 2, 100, 33), (3, 8, 1, 257, 80), (1, 32, 8, 300, 128))
 #: What each SIMD body needs from the CPU (the flags of its instructions, not the dispatcher's tier).
-BODY_FLAGS = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}
-
-
 def _options(directory: Path) -> ScaffoldOptions:
     return ScaffoldOptions(ops=("decode_attention",), name=PACKAGE, directory=directory, force=True)
 
@@ -214,24 +208,11 @@ def test_benchmark_cli_passes_the_strict_check(attn_kernel_dir, script, tmp_path
 
 def _compile_body(tmp_path: Path, tier: str):
     """The generated unit of ``tier`` with its build.toml flags plus a C wrapper, loaded with ctypes."""
-    missing = BODY_FLAGS[tier] - set(cpu_flags())
-    if missing:
-        pytest.skip(f"this CPU lacks {sorted(missing)}, which the {tier} body's instructions need")
-    plan = plan_project(_options(tmp_path))
-    flags = tomllib.loads(plan.files["build.toml"])["kernel"][f"{NS}_{tier}"]["cxx-flags"]
-    (tmp_path / f"{PACKAGE}_tiers.hpp").write_text(plan.files[f"{NS}/{PACKAGE}_tiers.hpp"])
-    (tmp_path / "cpu_features.hpp").write_text(plan.files[f"{NS}/cpu_features.hpp"])
-    (tmp_path / "unit.cpp").write_text(plan.files[f"{NS}/{PACKAGE}_{tier}.cpp"])
-    (tmp_path / "wrap.cpp").write_text(
-        f'#include "{PACKAGE}_tiers.hpp"\n'
-        'extern "C" void run(int dt, void* o, const void* q, const void* k, const void* v, int64_t B, int64_t H, '
-        "int64_t Hkv, int64_t S, int64_t D, const int64_t* ks, const int64_t* vs, double scale) {\n"
-        f"  {NS}::{tier}::decode_attention(static_cast<{NS}::DType>(dt), o, q, k, v, B, H, Hkv, S, D, ks, vs, scale);\n"
-        "}\n")
-    lib = tmp_path / "unit.so"
-    subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib)],
-                   cwd=tmp_path, check=True, capture_output=True, timeout=600)
-    return ctypes.CDLL(str(lib))
+    wrapper = ('extern "C" void run(int dt, void* o, const void* q, const void* k, const void* v, int64_t B, '
+               "int64_t H, int64_t Hkv, int64_t S, int64_t D, const int64_t* ks, const int64_t* vs, double scale) {\n"
+               f"  {NS}::{tier}::decode_attention(static_cast<{NS}::DType>(dt), o, q, k, v, B, H, Hkv, S, D, ks, vs, "
+               "scale);\n}")
+    return compile_tier_unit(plan_project(_options(tmp_path)), PACKAGE, tier, wrapper, tmp_path)
 
 
 def _call_body(lib, q, k, v, scale):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures_kernels import compile_tier_unit
 from kernel_harness.atomic import atomic_write_text, exclusive_lock
 from kernel_harness.errors import UsageError
 from kernel_harness.scaffold import ScaffoldOptions, plan_project
@@ -394,41 +395,22 @@ WRAPPERS = {
 }
 
 
-def _cpu_flags() -> set[str]:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 @pytest.mark.slow
 def compile_example_unit(tmp_path: Path, op: str, package: str, tier: str, wrapper: str):
     """One example's solution unit of ``tier``, compiled with its generated build.toml
     flags next to a C wrapper, loaded with ctypes; with the example's baseline module.
     Skips where this CPU cannot run the tier's instructions."""
-    import ctypes
     import importlib.util
-    import tomllib
 
-    needed = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}[tier]
-    if not needed <= _cpu_flags():
-        pytest.skip(f"this CPU lacks {sorted(needed - _cpu_flags())}")
     ns = f"{package}_cpu"
     plan = plan_project(ScaffoldOptions(ops=(op,), name=package, directory=tmp_path,
                                         signatures=(signature_from_baseline(EXAMPLES / op / "baseline.py", op),)))
-    flags = tomllib.loads(plan.files["build.toml"])["kernel"][f"{ns}_{tier}"]["cxx-flags"]
-    (tmp_path / f"{package}_tiers.hpp").write_text(plan.files[f"{ns}/{package}_tiers.hpp"])
-    (tmp_path / "cpu_features.hpp").write_text(plan.files[f"{ns}/cpu_features.hpp"])
     splice_bodies(plan, EXAMPLES / op / "solution" / ns)
-    (tmp_path / "unit.cpp").write_text(plan.files[f"{ns}/{package}_{tier}.cpp"])
-    (tmp_path / "wrap.cpp").write_text(f'#include "{package}_tiers.hpp"\n' + wrapper + "\n")
-    lib_path = tmp_path / "unit.so"
-    subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib_path)],
-                   cwd=tmp_path, check=True, capture_output=True, timeout=600)
+    lib = compile_tier_unit(plan, package, tier, wrapper, tmp_path)
     spec = importlib.util.spec_from_file_location(f"{op}_baseline", EXAMPLES / op / "baseline.py")
     baseline = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(baseline)
-    return ctypes.CDLL(str(lib_path)), baseline
+    return lib, baseline
 
 
 @pytest.mark.parametrize("tier", ["avx2", "avx512"])
@@ -436,8 +418,6 @@ def compile_example_unit(tmp_path: Path, op: str, package: str, tier: str, wrapp
 def test_example_simd_bodies_match_the_float64_reference_bit_for_bit(tmp_path, op, tier):
     """Each SIMD unit, compiled with its build.toml flags, on every fp32 correctness set."""
     import ctypes
-    import importlib.util
-    import tomllib
 
     import torch
 
@@ -485,8 +465,6 @@ def test_masked_softmax_bf16_fast_path_is_bit_equal_to_the_float64_reference(tmp
     enough headline-like rows that the screen flags lanes (about 1 in 4400) and fix-ups run. On a
     CPU without AVX512-BF16 the AVX512 unit's bf16 stores take their integer path (kBf16)."""
     import ctypes
-    import importlib.util
-    import tomllib
 
     import torch
 

@@ -12,7 +12,7 @@ A comparison of two builds is asked a finer question than the speedup over
 eager (is the child 3 % faster than its parent?), so it gets more rounds:
 after the usual ones, whole cycles of orders are added until the ratio's own
 interval is within ``--against-precision`` of it, or ``--against-max-s`` of
-timing is spent (:func:`extend_against`).  Measured on the 2-vCPU VM, twenty
+timing is spent (:func:`extend_until_precise`).  Measured on the 2-vCPU VM, twenty
 rounds left an identical build reading 0.978-1.056 (6 of 10 runs within
 +-2 %): each call varies by 15-20 % there, and an op whose fresh inputs take
 30x the call to draw gets only about a hundred calls per side in twenty rounds.
@@ -36,7 +36,7 @@ def compare_against(spec: str, against: stats.Measurement, candidate: stats.Meas
                     extension: dict[str, Any] | None = None) -> dict[str, Any]:
     """``vs_against``: against's median / the candidate's (> 1: the candidate is faster),
     its interval, and the verdict, which needs the interval to exclude 1.0; with
-    ``extension``, the rounds :func:`extend_against` added (key ``rounds``)."""
+    ``extension``, the rounds :func:`extend_until_precise` added (key ``rounds``)."""
     ratio = stats.speedup(against, candidate, seed=seed)
     verdict = _VERDICTS.get(ratio.verdict(), "no measurable difference")
     build = against_info.get("kernel_build") or {}
@@ -64,12 +64,14 @@ def half_width(against: stats.Measurement, candidate: stats.Measurement, *, seed
     return (ratio.ci_high - ratio.ci_low) / 2 / ratio.value
 
 
-def extend_against(against: stats.Measurement, candidate: stats.Measurement, *, rounds_done: int,
-                   block: int, run_block: Callable[[int], None], started: float, precision: float,
-                   max_s: float, seed: int) -> dict[str, Any]:
+def extend_until_precise(against: stats.Measurement, candidate: stats.Measurement, *, rounds_done: int,
+                         block: int, run_block: Callable[[int], None], started: float, precision: float,
+                         max_s: float, seed: int) -> dict[str, Any]:
     """Run ``block`` more rounds at a time (``run_block(first_round)``) until the ratio's
     interval is within ``precision`` of it or the next block would end after ``max_s``
-    seconds of timing (counted from ``started``, a ``time.monotonic()`` value).
+    seconds of timing (counted from ``started``, a ``time.monotonic()`` value).  It
+    serves both ratios: candidate vs ``--against`` and kernel vs baseline
+    (``--speedup-precision``); ``against`` is the denominator's measurement.
 
     Returns what happened, for the JSON: the rounds run, why it stopped ("precise",
     "time" or "disabled"), the interval's relative half-width then, and the seconds spent.

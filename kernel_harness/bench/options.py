@@ -126,7 +126,7 @@ class BenchResult:
     against_build: dict[str, Any] | None = None
     against_failures: list[Failure] = field(default_factory=list)
     vs_against: dict[str, Any] | None = None
-    speedup_rounds: dict[str, Any] | None = None  # what --speedup-precision added (against.extend_against)
+    speedup_rounds: dict[str, Any] | None = None  # what --speedup-precision added (against.extend_until_precise)
 
 
 #: Spot rounds this far (relative) from a cached baseline earn a note: two

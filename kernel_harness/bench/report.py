@@ -157,7 +157,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
 
 
 def _print_extension(console: Console, ext: dict[str, Any] | None, purpose: str, limit_flag: str) -> None:
-    """How many rounds were added until a ratio was precise (against.extend_against), and why it stopped."""
+    """How many rounds were added until a ratio was precise (against.extend_until_precise), and why it stopped."""
     if not ext or ext["stopped"] == "disabled":
         return
     why = (f"its interval was within +-{100 * ext['precision']:g} %" if ext["stopped"] == "precise"

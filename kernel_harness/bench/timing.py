@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from . import stats, tree
-from .against import compare_against, extend_against, half_width
+from .against import compare_against, extend_until_precise, half_width
 from .checking import Checker
 from .conditions import RunQueueSampler, Watch, load_average
 from .options import DRIFT_NOTE, MAX_COLD_SETS, BenchResult, baseline_drift, spot_rounds
@@ -126,7 +126,7 @@ def run_timing(session: Session, checker: Checker) -> None:
     extra = max(0, o.verified_calls - o.rounds)
     sides = ("b", "k", "a") if aworkers else ("b", "k")
     watch = Watch(threads=r.threads, load_before=load_average())
-    extension: dict[str, Any] | None = None  # the rounds --against adds (against.extend_against)
+    extension: dict[str, Any] | None = None  # the rounds --against adds (against.extend_until_precise)
 
     def one_round(rnd: int) -> None:
         # round rnd runs on worker pair rnd % P; each pair sees every order of the sides
@@ -179,13 +179,13 @@ def run_timing(session: Session, checker: Checker) -> None:
 
         done = o.rounds
         if aworkers:
-            extension = extend_against(
+            extension = extend_until_precise(
                 against, kernel, rounds_done=done, block=block, run_block=run_block,
                 started=started, precision=o.against_precision, max_s=o.against_max_s,
                 seed=s.rng.randrange(2**31))
             done = extension["rounds"]
         if o.speedup_precision > 0 and not cached:
-            r.speedup_rounds = extend_against(
+            r.speedup_rounds = extend_until_precise(
                 base, kernel, rounds_done=done, block=block, run_block=run_block, started=started,
                 precision=o.speedup_precision, max_s=o.speedup_max_s, seed=s.rng.randrange(2**31))
             if extension is not None and r.speedup_rounds["added_rounds"]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..cpu import AVX512_TIER_FEATURES
+
 KINDS: tuple[str, ...] = ("elementwise", "reduction", "gemm", "attention")
 DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
 TIERS: tuple[str, ...] = ("generic", "avx2", "avx512")
@@ -23,7 +25,7 @@ DTYPE_ENUM = {"fp32": "DType::F32", "bf16": "DType::BF16", "fp16": "DType::F16"}
 #: lacks: with -mavx512bf16 or -mavx512vbmi the compiler may emit those instructions
 #: where it likes (it ran a guarded VCVTNEPS2BF16 speculatively on an Ice Lake). The
 #: unit's AVX512-BF16 instructions are volatile asm behind kBf16 (avx512.cpp.in).
-_ELEMENTWISE_AVX512 = ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq")
+_ELEMENTWISE_AVX512 = tuple(f"-m{feature}" for feature in AVX512_TIER_FEATURES)
 #: AMX intrinsics are volatile asm in GCC's headers and run only behind cpu_features().amx().
 _GEMM_EXTRA = ("-mamx-tile", "-mamx-bf16", "-mamx-int8")
 AVX2_FLAGS: tuple[str, ...] = ("-mavx2", "-mfma", "-mf16c", "-fopenmp")

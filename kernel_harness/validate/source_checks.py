@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from ..cpu import AVX512_TIER_FEATURES
 from .cxx_text import Source
 from .findings import Report
 from .isa import LEVEL_NAMES, LEVEL_OF_FEATURE, enabled_features, flags_level, intrinsic_uses
@@ -163,8 +164,8 @@ def check_bf16_guard(report: Report, source: Source) -> None:
 #: What a generated avx512 unit may be compiled for: the dispatcher's avx512 check
 #: (F/BW/VL/DQ, and what they imply) plus AMX, whose intrinsics are volatile asm
 #: that runs only behind cpu_features().amx().
-_AVX512_TIER_FEATURES = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "avx2", "avx", "fma",
-                         "f16c", "sse", "amx-tile", "amx-bf16", "amx-int8"}
+_AVX512_TIER_FEATURES = {*AVX512_TIER_FEATURES, "avx512cd", "avx2", "avx", "fma", "f16c", "sse",
+                         "amx-tile", "amx-bf16", "amx-int8"}
 
 
 def check_avx512_tier_flags(report: Report, section: str, flags: tuple[str, ...], units: list[Source],
