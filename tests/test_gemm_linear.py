@@ -190,12 +190,13 @@ def test_bad_inputs_are_refused_with_clear_messages(kernel):
 def test_dispatch_picks_the_best_tier_at_every_listed_m(kernel, monkeypatch):
     """The dispatcher's rule for linear (see README): bf16 runs the best tier this CPU has at
     every M; fp32 from M = 32 (and M x K >= 32768) runs the generic tier, MKL's GEMM
-    (measured twice as fast as the AVX2 tier at M = 128), unless KERNEL_CPU_ISA forces a tier."""
+    (M = 128 on an Ice Lake: 19.7 ms against the avx512 tier's 27.2 and the avx2 tier's 44.1),
+    unless KERNEL_CPU_ISA forces a tier."""
     monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
     monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
     best = kernel.available_tiers()[-1]
     for m in (1, 4, 16, 128, 1024):
-        x, w = torch.empty(m, 4096, dtype=torch.bfloat16), torch.empty(64, 4096, dtype=torch.bfloat16)
+        x, w = torch.empty(m, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
         assert kernel.dispatch_tier("linear", x, w) == best
         expected = "generic" if m >= 32 else best
         assert kernel.dispatch_tier("linear", x.float(), w.float()) == expected, m
@@ -213,8 +214,59 @@ def test_fp32_from_32_rows_runs_the_library_call(kernel, monkeypatch):
     x, w, b = torch.randn(40, 1024), torch.randn(70, 1024), torch.randn(70)
     assert kernel.dispatch_tier("linear", x, w) == "generic"
     assert torch.equal(kernel.linear(x, w, b), torch.nn.functional.linear(x, w, b))
+    small = "avx2" if kernel.available_tiers()[-1] == "avx512" else kernel.available_tiers()[-1]
+    assert kernel.dispatch_tier("linear", torch.randn(33, 100), torch.randn(65, 100)) == small  # fp32 < 2^19
+
+
+def test_a_small_fp32_gemm_runs_avx2_where_avx512_would(kernel, monkeypatch):
+    """fp32 below 2^19 multiply-adds runs the avx2 unit instead of the avx512 one (measured
+    faster there, see linear.op), decided by M x N x K, so a decode-sized call with a large
+    weight stays on avx512, and bf16 stays on avx512 at any size; a forced tier still wins,
+    and dispatch_tier gives the call's own answer (the bits say which unit ran)."""
+    monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+    if kernel.available_tiers()[-1] != "avx512":
+        pytest.skip(f"the rule picks between avx2 and avx512; this CPU's best tier is {kernel.available_tiers()[-1]}")
+    gen = torch.Generator().manual_seed(3)
+    x, w = torch.randn(8, 129, generator=gen), torch.randn(97, 129, generator=gen)
+    assert kernel.dispatch_tier("linear", x, w) == "avx2"  # 100 K multiply-adds
+    assert kernel.dispatch_tier("linear", torch.empty(1, 4096), torch.empty(4096, 4096)) == "avx512"  # 16.8 M
+    assert kernel.dispatch_tier("linear", torch.empty(8, 256), torch.empty(256, 256)) == "avx512"  # 2^19
+    assert kernel.dispatch_tier("linear", x, kernel.prepack(w)) == "avx2"  # packed or plain alike
+    assert kernel.dispatch_tier("linear", x.bfloat16(), w.bfloat16()) == "avx512"
+    unforced = kernel.linear(x, w)
+    monkeypatch.setenv("KERNEL_CPU_ISA", "avx512")
+    assert kernel.dispatch_tier("linear", x, w) == "avx512"
+    wide = kernel.linear(x, w)
+    monkeypatch.setenv("KERNEL_CPU_ISA", "avx2")
+    narrow = kernel.linear(x, w)
+    assert not torch.equal(wide, narrow), "the two units must sum in different orders for this check to mean anything"
+    assert torch.equal(unforced, narrow)
+
+
+def test_a_packed_fp32_weight_stays_on_the_simd_tier_above_the_library_rule(kernel, monkeypatch):
+    """The fp32 library rule was measured with the plain weight; the generic tier would
+    unpack a prepacked one in every call (M = 32: 36.9 ms against the avx512 tier's 7.2 on
+    an Ice Lake), so a packed call runs the best SIMD tier at every M, and dispatch_tier
+    says so. KERNEL_CPU_ISA still forces any tier."""
+    monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
     best = kernel.available_tiers()[-1]
-    assert kernel.dispatch_tier("linear", torch.randn(33, 100), torch.randn(65, 100)) == best
+    if best == "generic":
+        pytest.skip("this CPU runs no SIMD tier of the package")
+    x, w = torch.randn(40, 1024), torch.randn(70, 1024)
+    wp = kernel.prepack(w)
+    assert kernel.dispatch_tier("linear", x, w) == "generic"  # the rule, plain weight
+    assert kernel.dispatch_tier("linear", x, wp) == best
+    unforced = kernel.linear(x, wp)
+    monkeypatch.setenv("KERNEL_CPU_ISA", "generic")
+    assert kernel.dispatch_tier("linear", x, wp) == "generic"
+    library = kernel.linear(x, wp)
+    monkeypatch.setenv("KERNEL_CPU_ISA", best)
+    simd = kernel.linear(x, wp)
+    # the two tiers sum in different orders, so their bits tell which one ran
+    assert not torch.equal(library, simd), "the generic and SIMD results must differ for this check to mean anything"
+    assert torch.equal(unforced, simd)
 
 
 def test_installed_package_loads_in_a_fresh_process(linear_kernel_dir: Path):

@@ -76,6 +76,11 @@ class OpSpec:
     # SIMD tiers, so the dispatcher runs it (an op whose bridge passes the dtype to
     # pick_tier; KERNEL_CPU_ISA still forces a tier)
     library_rules: tuple[LibraryRule, ...] = ()
+    # The op's bridge registers <name>_dispatch_tier(<the op's inputs>) -> str, the
+    # function its calls pick their tier with, because the tier depends on more than the
+    # first input's size and dtype (linear: the weight's layout and N); the package's
+    # dispatch_tier() asks it, so the query and the call cannot disagree
+    dispatch_query: bool = False
     # Dtypes whose avx512 body loses to the avx2 one where vector gathers are slow
     # (fast_gathers() false: Skylake-SP to Ice Lake, Zen 4): there the dispatcher runs avx2
     slow_gather_avx2_dtypes: tuple[str, ...] = ()
@@ -103,13 +108,15 @@ CATALOGUE: dict[str, OpSpec] = {
         OpSpec("softmax", "reduction", "softmax(x, out=None)", "softmax.op", 1,
                slow_gather_avx2_dtypes=("bf16",)),
         OpSpec("layer_norm", "reduction", "layer_norm(x, weight, bias, eps=1e-5, out=None)", "layer_norm.op", 1),
-        # fp32 from M = 32 and 32K elements of x: MKL's fp32 GEMM beats the AVX2 tier there
-        # (measured side by side on Ice Lake, which runs the AVX2 tier and MKL's AVX512 code,
-        # N = K = 4096: M = 16 1.06x F.linear, M = 32 generic 1.73x faster than avx2, M = 128
-        # avx2 0.46x F.linear), while a small GEMM's call overhead favours ours (33x100x65:
-        # avx2 148 us, generic 263 us); bf16 stays ours (M = 1024 1.31x F.linear)
+        # fp32 from M = 32 and 32K elements of x with the plain weight: MKL's fp32 GEMM ties
+        # or beats both SIMD tiers there (examples/linear/sweep.py on an Ice Lake Xeon, quiet,
+        # 2026-12-02, N = K = 4096, ms: M = 16 F.linear 7.31, avx512 5.34; M = 32 8.60 vs
+        # 8.42; M = 128 19.65 vs 27.17, avx2 44.09), while a small GEMM's call overhead favours
+        # ours (33x100x65: avx2 148 us, generic 263 us); bf16 stays ours (avx512 M = 1024
+        # 224.75 plain, 149.64 packed, F.linear 580.27). A prepacked weight stays ours at every
+        # M: the generic tier unpacks it per call (fp32 M = 32 36.93 against avx512's 7.17)
         OpSpec("linear", "gemm", "linear(x, weight, bias=None, out=None); prepack(weight)", "linear.op", 1,
-               library_rules=(LibraryRule("fp32", 32, 32768),)),
+               library_rules=(LibraryRule("fp32", 32, 32768),), dispatch_query=True),
         OpSpec(
             "linear_int8",
             "gemm",

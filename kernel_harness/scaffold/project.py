@@ -8,6 +8,7 @@ the agent's work, and silently regenerating it would destroy that work.
 
 from __future__ import annotations
 
+import json
 import keyword
 import re
 from collections.abc import Sequence
@@ -230,6 +231,7 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
         ) if sections["layer"] else "",
         "op_list": ", ".join(spec.name for spec in specs),
         "export_list": ", ".join(f'"{spec.name}"' for spec in specs),
+        "dispatch_queries": json.dumps({spec.name: f"{spec.name}_dispatch_tier" for spec in specs if spec.dispatch_query}),
         "kernel_sections": _kernel_sections(name, ns, options.tiers, tier_flags),
     }
     project = templates_dir / "project"
