@@ -6,8 +6,8 @@ per content, cached across sessions).
 
 Correctness is judged by the procedure's strict rules (``kernel_harness.correctness``,
 no widening) against the float64 ground truth of ``examples/linear_int8/baseline.py``:
-the kernel sums in double, so its bf16 results are the float64 result's own
-rounding, not merely within an ulp of it. Tiers are forced with
+the kernel sums exactly (integer digits of x times the int8 weights), so its
+bf16 results are the float64 result's own rounding, not merely within an ulp of it. Tiers are forced with
 ``KERNEL_CPU_ISA``; a tier this CPU lacks is skipped with the reason. The
 package's avx512 tier needs AVX512 F/BW/VL/DQ only (its AVX512-BF16
 instructions sit behind a run-time test); ``test_avx512_unit_runs_without_avx512_bf16``
@@ -129,6 +129,31 @@ def test_bf16_decode_is_the_rounded_float64_result_where_fp32_sums_are_not(kerne
     truth = base.get_reference_output(x, q, s, b)
     assert torch.equal(kernel.linear_int8(x, q, s, b), truth)
     assert not torch.equal(base.run_baseline(x, q, s, b), truth)  # why fp32 sums were not enough
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_rows_the_digits_cannot_hold_are_summed_in_double(kernel, force_tier, tier):
+    """The SIMD tiers write each row of x as 15-bit integer digits. Rows the digits
+    cannot hold (inf, NaN, a span of 2^200, max |x| below 2^-100) take a scalar
+    double path; rows beside them, including one that needs 4-6 digit levels and
+    an all-zero row, stay exact: every row equals the float64 reference, NaN where
+    it has NaN (inf times a zero weight)."""
+    force_tier(tier)
+    base = _baseline()
+    torch.manual_seed(8)
+    for dtype in (torch.float32, torch.bfloat16):
+        x, q, s, b = base.make_inputs((8, 300), 37, True, dtype)
+        x[1] = 0
+        x[2, 5] = float("inf")
+        q[::2, 5] = 0
+        x[3, 7] = float("nan")
+        x[4, 3], x[4, 9] = 1e30, 1e-30
+        x[5] *= 1e-33
+        x[6, ::7] *= 2.0 ** -40
+        out = kernel.linear_int8(x, q, s, b)
+        ref = base.get_reference_output(x, q, s, b)
+        assert ref[2].isnan().any() and ref[3].isnan().all() and not ref[6].isnan().any()
+        torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{tier} {dtype}: {m}")
 
 
 def test_fp32_agrees_with_dequantise_then_linear(kernel, force_tier):
