@@ -229,6 +229,12 @@ def test_tier_sweep_marks_the_pick_and_asserts_dispatch(tmp_path, monkeypatch):
     code, report = run_bench(tmp_path, *args)
     assert code == 1
     assert report["correct"] is True and report["dispatch_violations"]
+    # each violation was seen in the first three rounds and held in the confirmation rounds
+    from kernel_harness.bench.sweep import CONFIRM_ROUNDS
+    flagged = [e for e in report["tiers"]["by_input_set"]
+               if any(v.startswith(e["input_set"] + ":") for v in report["dispatch_violations"])]
+    assert flagged and all(e["confirm_rounds"] == CONFIRM_ROUNDS for e in flagged)
+    assert {e["regime"] for e in report["tiers"]["by_input_set"]} == {"steady"}  # RMS's sets are small
 
 
 def test_tier_all_needs_available_tiers(tmp_path):
@@ -437,6 +443,50 @@ def test_tier_sweep_sizes_its_rounds_by_the_input_draw_too():
     assert sweep_calls(5e6, 0.0) == 3  # a 5 ms op: at least three calls
     assert sweep_calls(2e6, 1e9) == 1  # a second to draw each set: one call per round
     assert sweep_calls(1e6, 0.1e9) == 4  # within half a second per round
+
+
+_COUNTING_BASELINE = """
+import torch
+DRAWS = []
+
+def get_inputs():
+    DRAWS.append("inputs")
+    return [torch.randn(4, 8)]
+
+def get_correctness_inputs():
+    DRAWS.append("correctness")
+    return [[torch.randn(3, 5)], [torch.randn(2, 7)]]
+
+def get_reference_output(x):
+    return x * 2
+"""
+
+
+def test_the_tier_sweep_times_steady_calls_on_one_draw(tmp_path):
+    """The sweep's calls must not each follow a draw: a correctness set is drawn with all
+    its siblings, which evicted the caches of small calls (a 3x13 call read 80-170 us
+    instead of 7, and the tiers' order flipped between processes). One draw per round,
+    each call on a copy at a new address with the same values; the headline timing
+    keeps a fresh draw per call."""
+    from kernel_harness.baseline import load_baseline
+    from kernel_harness.bench.worker import Worker
+
+    path = tmp_path / "counting_baseline.py"
+    path.write_text(_COUNTING_BASELINE)
+    worker = Worker()
+    worker.baseline = load_baseline(path)
+    seen = []
+    worker.op = lambda x: seen.append((x.data_ptr(), x.clone())) or x * 2
+    draws = worker.baseline.module.DRAWS
+    reply = worker.time({"source": ["correctness", 1], "seeds": [11, 12, 13, 14], "keep": False,
+                         "warmup": 1, "steady": True})
+    assert draws == ["correctness"]
+    assert len(reply["times_ns"]) == 3  # the first call is the warm-up
+    assert len({ptr for ptr, _ in seen}) == 4  # a new address every call
+    assert all(torch.equal(x, seen[0][1]) and x.shape == (2, 7) for _, x in seen)
+    draws.clear()
+    worker.time({"source": ["correctness", 1], "seeds": [11, 12, 13], "keep": False})
+    assert draws == ["correctness"] * 3  # not steady: a fresh draw for every call
 
 
 def test_a_dispatch_lag_inside_the_sweeps_interval_is_not_a_violation(tmp_path, monkeypatch):

@@ -132,19 +132,21 @@ class Session:
                 f"{when}. A kernel must not patch timers or the harness; the run is rejected.")
 
     def time(self, worker: WorkerProcess, source: tuple[str, int], n: int, *, keep: bool,
-             warmup: int = 0, what: str) -> tuple[list[int], list[int], int]:
-        """Time ``n`` calls (after ``warmup``) on fresh inputs from new seeds:
+             warmup: int = 0, steady: bool = False, what: str) -> tuple[list[int], list[int], int]:
+        """Time ``n`` calls (after ``warmup``) on fresh inputs from new seeds, or with
+        ``steady`` on one draw copied to a new address per call (worker.time):
         (times in ns, the timed calls' seeds, ns spent drawing inputs)."""
         reply, seeds = self.time_reply(worker, source, [self.seed() for _ in range(n + warmup)],
-                                       keep=keep, warmup=warmup, what=what)
+                                       keep=keep, warmup=warmup, steady=steady, what=what)
         return reply["times_ns"], seeds[warmup:], reply["gen_ns"]
 
     def time_reply(self, worker: WorkerProcess, source: tuple[str, int], seeds: list[int], *,
-                   keep: bool, warmup: int = 0, what: str) -> tuple[dict[str, Any], list[int]]:
+                   keep: bool, warmup: int = 0, steady: bool = False,
+                   what: str) -> tuple[dict[str, Any], list[int]]:
         """The worker's whole reply to one timing request on the given seeds (times,
         CPU times), and the seeds."""
         reply = worker.request("time", what, source=source, seeds=seeds, keep=keep,
-                               warmup=warmup, cold=self.o.cold)
+                               warmup=warmup, cold=self.o.cold, steady=steady)
         self.check_tamper(reply, what)
         return reply, seeds
 

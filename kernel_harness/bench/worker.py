@@ -145,8 +145,13 @@ class Worker:
 
         Inputs are drawn outside the timed region.  With ``cold`` all sets of the
         round are drawn first, so each set has been evicted by the later ones
-        before it is used.  Kept outputs are copied right at return; which of
-        them the parent verifies is decided only after the round.
+        before it is used.  With ``steady`` (the tier sweep) the set is drawn once,
+        from the first seed, and each call gets a copy at its own new address: the
+        calls follow one another as a model's repeated layers do, instead of each
+        following a draw that may write megabytes (a correctness set is drawn with
+        all its siblings) and evict the code and data a call needs.  Kept outputs
+        are copied right at return; which of them the parent verifies is decided
+        only after the round.
         """
         source, seeds, keep = tuple(msg["source"]), msg["seeds"], msg["keep"]
         warmup = msg.get("warmup", 0)
@@ -161,12 +166,13 @@ class Worker:
         gc.collect()
         gc.disable()  # a collection inside a timed call would be charged to it
         try:
+            sets = drawn = None
+            t0 = _perf_counter_ns()
             if msg.get("cold"):
-                t0 = _perf_counter_ns()
                 sets = [self._draw(source, s) for s in seeds]
-                gen_ns += _perf_counter_ns() - t0
-            else:
-                sets = None
+            elif msg.get("steady") and seeds:
+                drawn = self._draw(source, seeds[0])
+            gen_ns += _perf_counter_ns() - t0
             for i, seed in enumerate(seeds):
                 if sets is not None:
                     inputs = sets[i]
@@ -174,7 +180,7 @@ class Worker:
                 else:
                     t0 = _perf_counter_ns()
                     # the inputs at a new page offset each call (bench/layout.py)
-                    inputs = self.relocator.relocate(self._draw(source, seed), seed)
+                    inputs = self.relocator.relocate(drawn if drawn is not None else self._draw(source, seed), seed)
                     gen_ns += _perf_counter_ns() - t0
                 c0, p0 = _thread_time_ns(), _process_time_ns()
                 start = _perf_counter_ns()

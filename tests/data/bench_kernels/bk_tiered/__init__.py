@@ -1,7 +1,8 @@
 """A tiered Python kernel for the tier sweep: each tier sleeps a known time.
 
-KERNEL_CPU_ISA picks the tier at each call, like the generated dispatchers;
-BK_TIERED_PICK says which tier dispatch_tier() reports (default: the fastest);
+KERNEL_CPU_ISA picks the tier at each call and is what dispatch_tier() reports
+when set, like the generated dispatchers; otherwise BK_TIERED_PICK says which
+tier dispatch_tier() reports (default: the fastest);
 BK_TIERED_JITTER adds a random sleep of up to that many seconds to every call.
 """
 
@@ -19,7 +20,7 @@ def available_tiers():
 
 
 def dispatch_tier(op_name, *inputs):
-    return os.environ.get("BK_TIERED_PICK", "generic")
+    return os.environ.get("KERNEL_CPU_ISA") or os.environ.get("BK_TIERED_PICK", "generic")
 
 
 def rms_norm(x, weight, eps):
