@@ -18,7 +18,8 @@ idea of Curtsinger and Berger's "Stabilizer", 2013, at the scale of one
 benchmark).  The offsets come from the call's seed, so the candidate and the
 ``--against`` build, which get the same seeds, see the same layouts.
 
-No address is handed to the kernel twice in one process: a kernel that caches
+No address is handed to the kernel twice in one process (correctness checks,
+traces and timed calls all take their inputs from the one Relocator): a kernel that caches
 results by pointer (``bk_attack_cache_ptr``) would otherwise be served a stale
 result whenever a random offset repeated at the same heap address (6 of 24
 calls in one test run), too few for the verification of four random timed
