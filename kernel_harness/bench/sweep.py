@@ -69,7 +69,7 @@ def sweep_tiers(session: Session, sets: list[InputSet]) -> None:
         if s.kernel_info.get("has_dispatch_tier"):
             pick = s.kworker.request("dispatch", f"asking dispatch_tier for {x.label}",
                                      inputs=x.inputs)["tier"]
-        steady = input_bytes(x.inputs) <= STEADY_MAX_BYTES
+        steady = tree.nbytes(x.inputs) <= STEADY_MAX_BYTES
         meas = {t: stats.Measurement(t) for t in tiers}
         n = _calls_per_round(s, x, tiers, steady)
         _time_rounds(s, x, tiers, o.sweep_rounds, n, steady, meas)
@@ -86,11 +86,6 @@ def sweep_tiers(session: Session, sets: list[InputSet]) -> None:
         table.append(entry)
     s.set_tier(None)
     r.tiers = {"swept": tiers, "by_input_set": table, "tolerance_pct": o.dispatch_tolerance_pct}
-
-
-def input_bytes(inputs: list[Any]) -> int:
-    """Bytes held by the tensors of one input set."""
-    return sum(t.numel() * t.element_size() for t in tree.tensors(inputs))
 
 
 def _calls_per_round(s: Session, x: InputSet, tiers: list[str], steady: bool) -> int:
