@@ -74,13 +74,12 @@ def sweep_tiers(session: Session, sets: list[InputSet]) -> None:
         n = _calls_per_round(s, x, tiers, steady)
         _time_rounds(s, x, tiers, o.sweep_rounds, n, steady, meas)
         entry = _judge(s, x, pick, meas, steady)
-        if entry.get("tentative"):
+        if "violation" in entry:
             # three rounds cannot carry a 95 % interval (their bootstrap has ten distinct
             # resamples): re-time the two tiers in question before calling it a violation
             _time_rounds(s, x, [pick, entry["fastest"]], CONFIRM_ROUNDS, n, steady, meas)
             entry = _judge(s, x, pick, meas, steady)
             entry["confirm_rounds"] = CONFIRM_ROUNDS
-        entry.pop("tentative", None)
         if "violation" in entry:
             r.dispatch_violations.append(entry.pop("violation"))
         table.append(entry)
@@ -138,7 +137,6 @@ def _judge(s: Session, x: InputSet, pick: str | None, meas: dict[str, stats.Meas
                                     if ratio.ci_low is not None and ratio.ci_high is not None else None)
     separated = ratio.ci_low is None or ratio.ci_low > 1.0
     if lag * 100 > tolerance and separated:
-        entry["tentative"] = len(meas[pick].rounds) <= s.o.sweep_rounds
         entry["violation"] = (f"{x.label}: the dispatcher picks {pick} ({chosen['median_us']:.1f} us) but "
                               f"{fastest['tier']} is {100 * lag:.1f} % faster ({fastest['median_us']:.1f} us)")
     elif lag * 100 > tolerance:

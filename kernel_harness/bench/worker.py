@@ -270,8 +270,7 @@ class CopyPool:
         self.buffers: list[torch.Tensor] = []
 
     def store(self, index: int, obj: Any) -> Any:
-        leaves = tree.tensors(obj)
-        need = sum(t.numel() * t.element_size() for t in leaves)
+        need = tree.nbytes(obj)
         while len(self.buffers) <= index:
             self.buffers.append(torch.empty(0, dtype=torch.uint8))
         if self.buffers[index].numel() < need:
