@@ -481,3 +481,21 @@ def test_installed_wheel_imports_and_computes(catalogue_kernel_dir: Path):
     assert report["tiers"] == [t for t in TIERS if has_isa(t)]
     for tier, err in report["max_err"].items():
         assert err <= 1.0, f"installed wheel, tier {tier}: error {err:.3g} x tolerance"
+
+
+def test_layer_norm_rows_do_not_depend_on_the_run_they_fall_in(kernel, force_tier):
+    """layer_norm sums the next row of a thread's run during this row's output pass: that
+    pipelined sum must be the same pairs in the same order as a row summed on its own, so a
+    row's output is the same whether it is called alone or inside a run of many (tails too)."""
+    force_tier("generic")
+    gen = torch.Generator().manual_seed(7)
+    for tier in [t for t in TIERS if has_isa(t)]:
+        os.environ["KERNEL_CPU_ISA"] = tier
+        for dtype in DTYPES.values():
+            for cols in (7, 64, 4096 + 13, 4096):
+                x = (3 * torch.randn(96, cols, generator=gen) + 0.5).to(dtype)
+                w = (1 + 0.1 * torch.randn(cols, generator=gen)).to(dtype)
+                b = torch.randn(cols, generator=gen).to(dtype)
+                whole = kernel.layer_norm(x, w, b, 1e-5)
+                alone = torch.cat([kernel.layer_norm(x[i:i + 1], w, b, 1e-5) for i in range(x.shape[0])])
+                assert torch.equal(whole, alone), (tier, dtype, cols)
