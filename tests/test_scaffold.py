@@ -277,7 +277,7 @@ KNOB_VARIANT = {
     "RMS_NORM_FAST_SUMSQ": "0",
     "RMS_NORM_ACCUMULATORS": "1",
     "RMS_NORM_UNROLL": "2",
-    "RMS_NORM_PREFETCH_ROWS": "2",
+    "RMS_NORM_PREFETCH_ROWS": "0",
     "RMS_NORM_STREAM_STORES": "1",
     "RMS_NORM_PARALLEL_MIN_ELEMENTS": "64",
     "SILU_AND_MUL_UNROLL": "4",
@@ -289,6 +289,9 @@ KNOB_VARIANT = {
     "SOFTMAX_PREFETCH_OUT_BYTES": "64",
     "RMS_NORM_PREFETCH_NEXT_BYTES": "4096",
     "SOFTMAX_PREFETCH_NEXT_BYTES": "4096",
+    "LAYER_NORM_PIPELINE": "0",
+    "LAYER_NORM_PREFETCH_OUT_BYTES": "0",
+    "LAYER_NORM_PREFETCH_NEXT_BYTES": "4096",
 }
 
 
@@ -336,7 +339,7 @@ RMS_NORM_REFERENCE = (
 @pytest.mark.slow
 def test_every_tuning_knob_setting_stays_correct(tmp_path):
     """The demo flips these knobs; the non-default settings must stay exact too."""
-    d = build_knob_variant(tmp_path, ("rms_norm", "silu_and_mul", "softmax"), KNOB_VARIANT)
+    d = build_knob_variant(tmp_path, ("rms_norm", "silu_and_mul", "softmax", "layer_norm"), KNOB_VARIANT)
     run_check(d, (
         "for tier in k.available_tiers():\n"
         "    os.environ['KERNEL_CPU_ISA'] = tier\n"
@@ -353,6 +356,10 @@ def test_every_tuning_knob_setting_stays_correct(tmp_path):
         "            x3 = (3 * torch.randn(rows, cols)).to(dt)\n"
         "            torch.testing.assert_close(k.softmax(x3).double(), torch.softmax(x3.double(), -1), atol=1e-6,\n"
         "                                       rtol=torch.finfo(dt).eps if dt != torch.float32 else 1e-5)\n"
+        "            b = torch.randn(cols).to(dt)\n"
+        "            ref4 = F.layer_norm(x3.double(), (cols,), w.double(), b.double(), 1e-5)\n"
+        "            tol = 1e-5 if dt == torch.float32 else torch.finfo(dt).eps\n"
+        "            torch.testing.assert_close(k.layer_norm(x3, w, b, 1e-5).double(), ref4, atol=tol, rtol=tol)\n"
     ))
 
 

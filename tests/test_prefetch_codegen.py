@@ -1,0 +1,86 @@
+"""Software prefetches survive compilation.
+
+GCC 12 at -O2/-O3 deletes calls to a helper whose only effect is
+``__builtin_prefetch`` in a loop: it finds the helper "looping const", assumes
+the loop ends (C++'s -ffinite-loops) and drops the call as having no effect.
+The units' prefetch helpers (``templates/project/cpu/tiers.hpp.in``) held no
+instruction at all that way, whatever the knobs said, and every measurement of
+a prefetch knob compared a build with itself. These tests look at the machine
+code, not at timings.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernel_harness.scaffold import ScaffoldOptions, plan_project
+
+PROBE = "pf_probe"
+
+# One extern "C" function per helper, each with the arguments an op's loop passes.
+WRAPPERS = """
+using namespace pf_probe_cpu;
+extern "C" void probe_output(const char* p) { prefetch_output(p, 2048, 32); }
+extern "C" void probe_input(const char* p) { prefetch_input(p, 1024, 64); }
+extern "C" void probe_lines(const char* p, long bytes) { prefetch_lines<0>(p, bytes); }
+extern "C" void probe_ahead_runtime(const char* p, long ahead) { prefetch_ahead<1>(p, ahead, 64); }
+// An op's own helper around them (decode_attention's da_prefetch is one): it is
+// deleted as "looping const" too unless the helpers carry a side effect.
+static inline void op_helper(const char* k, const char* v, long key, long end, long row) {
+  if (key + 8 < end) {
+    prefetch_lines<0>(k + (key + 8) * row, row);
+    prefetch_lines<0>(v + (key + 8) * row, row);
+  }
+}
+extern "C" void probe_op_helper(const char* k, const char* v, long key, long end) { op_helper(k, v, key, end, 256); }
+"""
+
+
+def _function_bodies(assembly: str) -> dict[str, str]:
+    """Each global function's assembly text, by name (GCC's ``name:`` ... ``.cfi_endproc``)."""
+    bodies = {}
+    for match in re.finditer(r"^(\w+):\n(.*?)\.cfi_endproc", assembly, flags=re.S | re.M):
+        bodies[match.group(1)] = match.group(2)
+    return bodies
+
+
+@pytest.mark.parametrize("level", ["-O2", "-O3"])
+def test_every_prefetch_helper_emits_a_prefetch_instruction(tmp_path: Path, level: str):
+    plan = plan_project(ScaffoldOptions(ops=("rms_norm",), name=PROBE, directory=tmp_path / "k", force=True))
+    (tmp_path / f"{PROBE}_tiers.hpp").write_text(plan.files[f"{PROBE}_cpu/{PROBE}_tiers.hpp"])
+    (tmp_path / "probe.cpp").write_text(f'#include "{PROBE}_tiers.hpp"\n{WRAPPERS}')
+    assembly = subprocess.run(["g++", "-std=c++20", level, "-mavx2", "-fopenmp", "-S", "-o", "-", "probe.cpp"],
+                              cwd=tmp_path, check=True, capture_output=True, text=True, timeout=120).stdout
+    bodies = _function_bodies(assembly)
+    for name in ("probe_output", "probe_input", "probe_lines", "probe_ahead_runtime", "probe_op_helper"):
+        assert name in bodies, f"{name} missing from the assembly"
+        assert "prefetch" in bodies[name], f"{name} at {level} holds no prefetch instruction:\n{bodies[name]}"
+
+
+def _prefetches_by_tier(library: Path) -> dict[str, int]:
+    """Prefetch instructions in the functions of each tier namespace of a built package."""
+    listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], check=True,
+                             capture_output=True, text=True, timeout=300).stdout
+    counts = {"avx2": 0, "avx512": 0}
+    tier = None
+    for line in listing.splitlines():
+        if line.endswith(">:"):  # a function: its mangled name carries the namespace
+            tier = "avx512" if "6avx512" in line else "avx2" if "4avx2" in line else None
+        elif tier is not None and "\tprefetch" in line:
+            counts[tier] += 1
+    return counts
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
+def test_the_built_catalogue_units_hold_prefetch_instructions(catalogue_kernel_dir: Path):
+    # Both units are compiled whatever this CPU runs, and the catalogue's rms_norm,
+    # softmax and layer_norm prefetch their outputs by default.
+    libraries = sorted(catalogue_kernel_dir.glob("build/torch*/**/*.so"))
+    assert libraries, f"no built library under {catalogue_kernel_dir}/build"
+    counts = _prefetches_by_tier(libraries[0])
+    assert counts["avx2"] > 0 and counts["avx512"] > 0, counts
