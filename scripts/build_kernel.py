@@ -73,6 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(f"variant:  {result.variant_dir}", soft_wrap=True)
     if result.wheel:
         console.print(f"wheel:    {result.wheel}", soft_wrap=True)
+    if result.prefetches is not None:
+        # a prefetch knob trial that leaves these counts unchanged tested nothing (machine_code)
+        counts = ", ".join(f"{tier} {n}" for tier, n in result.prefetches.items())
+        console.print(f"prefetch instructions: {counts}", soft_wrap=True)
     console.print(
         f"[bold green]built[/bold green] {result.ext_name} in {result.seconds:.1f} s"
         + (" (ccache on)" if result.ccache else ""),

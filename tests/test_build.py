@@ -93,6 +93,9 @@ def test_layout_metadata_and_ops_module(built: tuple[Path, dict]) -> None:
     for lib in ("libc10.so", "libtorch_cpu.so", "libgomp.so.1"):
         assert f"[{lib}]" in dynamic
     assert "RPATH" not in dynamic and "RUNPATH" not in dynamic
+    # the report counts the prefetch instructions per tier: this kernel asks for none
+    if shutil.which("objdump"):
+        assert report["prefetch_instructions"] == {"avx2": 0, "avx512": 0, "other": 0}
 
 
 LOAD_AND_CHECK = """

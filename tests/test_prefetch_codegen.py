@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kernel_harness.build.machine_code import prefetch_counts
 from kernel_harness.scaffold import ScaffoldOptions, plan_project
 
 PROBE = "pf_probe"
@@ -62,25 +63,11 @@ def test_every_prefetch_helper_emits_a_prefetch_instruction(tmp_path: Path, leve
         assert "prefetch" in bodies[name], f"{name} at {level} holds no prefetch instruction:\n{bodies[name]}"
 
 
-def _prefetches_by_tier(library: Path) -> dict[str, int]:
-    """Prefetch instructions in the functions of each tier namespace of a built package."""
-    listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], check=True,
-                             capture_output=True, text=True, timeout=300).stdout
-    counts = {"avx2": 0, "avx512": 0}
-    tier = None
-    for line in listing.splitlines():
-        if line.endswith(">:"):  # a function: its mangled name carries the namespace
-            tier = "avx512" if "6avx512" in line else "avx2" if "4avx2" in line else None
-        elif tier is not None and "\tprefetch" in line:
-            counts[tier] += 1
-    return counts
-
-
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
 def test_the_built_catalogue_units_hold_prefetch_instructions(catalogue_kernel_dir: Path):
     # Both units are compiled whatever this CPU runs, and the catalogue's rms_norm,
     # softmax and layer_norm prefetch their outputs by default.
     libraries = sorted(catalogue_kernel_dir.glob("build/torch*/**/*.so"))
     assert libraries, f"no built library under {catalogue_kernel_dir}/build"
-    counts = _prefetches_by_tier(libraries[0])
-    assert counts["avx2"] > 0 and counts["avx512"] > 0, counts
+    counts = prefetch_counts(libraries[0])  # what build_kernel.py reports
+    assert counts is not None and counts["avx2"] > 0 and counts["avx512"] > 0, counts

@@ -19,6 +19,7 @@ from ..errors import CheckFailed, UsageError
 from ..portability.units import BUILT_UNITS_FILE, built_units_json
 from . import codegen, layout
 from .diagnostics import CompileError, first_error
+from .machine_code import prefetch_counts
 from .ninja import ninja_file, run_ninja, write_if_changed
 from .plan import BuildPlan, make_plan
 from .toolchain import find_ccache, find_compiler, find_ninja, torch_info
@@ -54,6 +55,8 @@ class BuildResult:
     linked: bool = False
     seconds: float = 0.0
     ccache: bool = False
+    #: prefetch instructions in the built library by tier (None: no objdump); see machine_code
+    prefetches: dict[str, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,7 @@ class BuildResult:
             "linked": self.linked,
             "seconds": round(self.seconds, 3),
             "ccache": self.ccache,
+            "prefetch_instructions": self.prefetches,
         }
 
 
@@ -144,4 +148,5 @@ def build_kernel(
         linked=result.linked,
         seconds=time.perf_counter() - started,
         ccache=ccache is not None,
+        prefetches=prefetch_counts(variant_dir / plan.names.so_name),
     )
