@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from fixtures_kernels import GEMM_PACKAGE
+from kernel_harness.cpu import has_isa, skip_reason
 from kernel_harness.paths import SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
 
@@ -36,8 +37,10 @@ TIERS = ("generic", "avx2", "avx512")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # (M, N, K): tails in every dimension (not multiples of 6, 8, 12, 16 or 32),
 # decode sizes, M just above the micro-kernel's MR, N narrower than one panel.
+# On a CPU with AMX, bf16 from M = 5 takes the AMX path: M = 7 to 100 its one-pass
+# path, (300, 70, 77) its L2-packed one with the rows split between threads.
 SHAPES = ((1, 1, 1), (1, 37, 7), (2, 33, 4096 + 13), (4, 64, 256), (7, 97, 129), (9, 31, 17), (13, 65, 100),
-          (33, 130, 47), (100, 96, 300))
+          (33, 130, 47), (100, 96, 300), (300, 70, 77))
 
 
 def _options(directory: Path) -> ScaffoldOptions:
@@ -189,15 +192,19 @@ def test_bad_inputs_are_refused_with_clear_messages(kernel):
 
 def test_dispatch_picks_the_best_tier_at_every_listed_m(kernel, monkeypatch):
     """The dispatcher's rule for linear (see README): bf16 runs the best tier this CPU has at
-    every M; fp32 from M = 32 (and M x K >= 32768) runs the generic tier, MKL's GEMM
+    every M, except from M = 160 with the plain weight on a CPU with AMX (oneDNN's AMX GEMM);
+    fp32 from M = 32 (and M x K >= 32768) runs the generic tier, MKL's GEMM
     (M = 128 on an Ice Lake: 19.7 ms against the avx512 tier's 27.2 and the avx2 tier's 44.1),
     unless KERNEL_CPU_ISA forces a tier."""
     monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
     monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
     best = kernel.available_tiers()[-1]
+    amx = best == "avx512" and has_isa("amx")
     for m in (1, 4, 16, 128, 1024):
         x, w = torch.empty(m, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
-        assert kernel.dispatch_tier("linear", x, w) == best
+        # with AMX, oneDNN's AMX GEMM from 160 rows (plain weight); a packed weight stays ours
+        assert kernel.dispatch_tier("linear", x, w) == ("generic" if amx and m >= 160 else best), m
+        assert kernel.dispatch_tier("linear", x, kernel.prepack(w)) == best, m
         expected = "generic" if m >= 32 else best
         assert kernel.dispatch_tier("linear", x.float(), w.float()) == expected, m
     # a forced tier wins over the library rule, for the query and for the call
@@ -309,3 +316,56 @@ def test_avx512_unit_fp32_and_fp16_paths_run_on_an_avx512f_cpu(linear_kernel_dir
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "fp32: 0 wrong elements" in run.stdout and "fp16: 0 wrong elements" in run.stdout
+
+
+_AMX_PROBE = """
+import pathlib, sys, torch, kernels
+import torch.nn.functional as F
+k = kernels.get_local_kernel(pathlib.Path(sys.argv[1]))
+gen = torch.Generator().manual_seed(11)
+out = {}
+for m, n, k_ in ((5, 33, 70), (33, 130, 4096 + 13), (300, 70, 77)):
+    x = torch.randn(m, k_, generator=gen).bfloat16()
+    w = torch.randn(n, k_, generator=gen).bfloat16()
+    b = torch.randn(n, generator=gen).bfloat16()
+    out[(m, n, k_)] = (x, w, b, k.linear(x, w, b), k.linear(x, k.prepack(w), b))
+big = torch.empty(1024, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
+torch.save({"out": out, "tier_1024": k.dispatch_tier("linear", *big)}, sys.argv[2])
+"""
+
+
+def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_kernel_dir: Path, tmp_path: Path):
+    """bf16 on the avx512 tier, with AMX and with KERNEL_CPU_MASK=amx (the FMA paths), each in a
+    fresh process (the unit reads the mask once): both within the fp32-sum bound of float64 on
+    continuous data, plain and packed weight alike, and their bits differ (TDPBF16PS sums in
+    another order, so the AMX path did run); the mask also lifts the AMX library rule."""
+    if not has_isa("amx"):
+        pytest.skip(skip_reason("amx"))
+    if not has_isa("avx512"):
+        pytest.skip(skip_reason("avx512"))
+    script = tmp_path / "probe.py"
+    script.write_text(_AMX_PROBE)
+    results = {}
+    for mask in ("", "amx"):
+        env = {key: v for key, v in os.environ.items() if key not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
+        env["KERNEL_CPU_MASK"] = mask
+        dest = tmp_path / f"out_{mask or 'amx_on'}.pt"
+        run = subprocess.run([sys.executable, str(script), str(linear_kernel_dir), str(dest)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        results[mask] = torch.load(dest)
+    assert results[""]["tier_1024"] == "generic" and results["amx"]["tier_1024"] == "avx512"
+    differs = False
+    for shape, (x, w, b, plain, packed) in results[""]["out"].items():
+        fma_plain, fma_packed = results["amx"]["out"][shape][3:]
+        exact = F.linear(x.double(), w.double(), b.double())
+        bound = shape[2] * 2.0**-23 * F.linear(x.double().abs(), w.double().abs(), b.double().abs())
+        half_ulp = torch.finfo(torch.bfloat16).eps / 2
+        for got, what in ((plain, "amx plain"), (packed, "amx packed"), (fma_plain, "fma plain"),
+                          (fma_packed, "fma packed")):
+            err = (got.double() - exact).abs()
+            assert bool((err <= half_ulp * exact.abs() * (1 + 1e-3) + bound * (1 + 2 * half_ulp)).all()), (
+                f"{what} {shape}: worst error {err.max()}")
+        assert torch.equal(plain, packed), f"{shape}: the AMX path must not depend on the weight's layout"
+        differs |= not torch.equal(plain, fma_plain)
+    assert differs, "AMX and FMA results were bit-equal everywhere: the AMX path did not run"

@@ -115,6 +115,34 @@ def test_bench_evidence_for_tier_all_marks_a_failing_tier_incorrect(scaffolded, 
     assert not evidence["avx512"]["executed"]
 
 
+def test_bench_evidence_counts_a_gemm_avx512_unit_as_amx_only_where_its_amx_branches_ran(tmp_path, monkeypatch):
+    """A GEMM package's avx512 section is built with -mamx-* (declared tier "amx"): the dispatcher
+    runs it as avx512, so an avx512 run executes it, its AMX branches only on a CPU with AMX and
+    without KERNEL_CPU_MASK=amx; otherwise the entry says which of the two kept them off."""
+    directory = tmp_path / "tgemm"
+    write_project(plan_project(ScaffoldOptions(ops=("linear",), name="tgemm", directory=directory)), force=False)
+    assert [u.tier for u in declared_units(directory)] == ["generic", "avx2", "amx"]
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+    avx512 = "avx avx2 fma f16c avx512f avx512bw avx512vl avx512dq"
+
+    def amx_entry(flags: str, ran: str = "avx512") -> dict:
+        monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", flags)
+        payload = {"failures": [], "crash": None, "conditions": {"tier_ran": ran}}
+        return {e["tier"]: e for e in bench_tier_evidence(_bench(str(directory)), payload)}["amx"]
+
+    entry = amx_entry(f"{avx512} amx_tile amx_bf16 amx_int8")
+    assert entry["executed"] and entry["correct"] is True and entry["ran_as"] == "avx512"
+    entry = amx_entry(avx512)
+    assert not entry["executed"] and "ran this unit but not its AMX branches" in entry["reason"]
+    assert "amx_tile" in entry["reason"]
+    monkeypatch.setenv("KERNEL_CPU_MASK", "amx")
+    entry = amx_entry(f"{avx512} amx_tile amx_bf16 amx_int8")
+    assert not entry["executed"] and "KERNEL_CPU_MASK lists amx" in entry["reason"]
+    monkeypatch.delenv("KERNEL_CPU_MASK")
+    entry = amx_entry(AVX2_ONLY_FLAGS, ran="avx2")
+    assert not entry["executed"] and "avx512 tier's, which did not run" in entry["reason"]
+
+
 def test_bench_evidence_after_a_crash_executes_nothing(scaffolded):
     payload = {"failures": [], "crash": {"kind": "SIGSEGV"}}
     evidence = bench_tier_evidence(_bench(str(scaffolded), "generic"), payload)

@@ -17,6 +17,7 @@ import pytest
 from kernel_harness.errors import UsageError
 from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, generate_project, plan_project
 from kernel_harness.validate import validate_kernel
+from kernel_harness.validate.isa import compiled_code
 
 ALL_OPS = tuple(CATALOGUE)
 #: The element-wise and reduction ops (their AVX512 unit is built without AMX flags).
@@ -102,7 +103,10 @@ def test_tier_units_include_no_torch_headers(tmp_path):
         # ...nor indirectly through the shared raw-pointer header
         tiers_hpp = (d / "my_kernel_cpu/my_kernel_tiers.hpp").read_text()
         assert "torch" not in "".join(re.findall(r"#include[^\n]*", tiers_hpp))
-    assert "_mm512_" not in (d / "my_kernel_cpu/my_kernel_avx2.cpp").read_text()
+    # what the AVX2 unit compiles holds no AVX512 (linear's AMX path sits under
+    # `#if defined(__AMX_TILE__) ...`, which its flags leave out)
+    avx2_flags = tomllib.loads((d / "build.toml").read_text())["kernel"]["my_kernel_cpu_avx2"]["cxx-flags"]
+    assert "_mm512_" not in compiled_code((d / "my_kernel_cpu/my_kernel_avx2.cpp").read_text(), avx2_flags)
 
 
 def test_cpu_features_checks_os_support_and_amx_permission(tmp_path):

@@ -128,6 +128,24 @@ def test_avx512_intrinsic_in_avx2_tier(kernel: Path) -> None:
     assert found and found[0].file == AVX2 and "avx512f" in found[0].message and found[0].line is not None
 
 
+def test_code_under_an_isa_macro_the_section_lacks_is_not_compiled_there(kernel: Path) -> None:
+    """An op shared by both units keeps its AVX512/AMX part under `#if defined(__AMX_TILE__)`:
+    the AVX2 section's flags do not define the macro, so GCC never sees that code there and the
+    validator must not report it; the `#else` branch is compiled and checked, and the same code
+    without the guard is still an error."""
+    guarded = ("#if defined(__AVX512F__) && defined(__AMX_TILE__)\n"
+               "  __m512 z = _mm512_setzero_ps(); (void)z; _tile_release();\n"
+               "#else\n  int unused_ok = 0; (void)unused_ok;\n#endif\n  for (; i < n; ++i)")
+    edit(kernel, AVX2, "  for (; i < n; ++i)", guarded)
+    assert validate_kernel(kernel).ok, validate_kernel(kernel).as_dict()
+    edit(kernel, AVX2, "  int unused_ok = 0; (void)unused_ok;", "  __m512 w = _mm512_setzero_ps(); (void)w;")
+    finding = only_error(kernel, "isa-not-enabled")
+    assert finding.file == AVX2 and "avx512f" in finding.message
+    edit(kernel, AVX2, "#if defined(__AVX512F__) && defined(__AMX_TILE__)\n", "#if 1\n")
+    found = {f.message.split()[0] for f in validate_kernel(kernel).errors if f.code == "isa-not-enabled"}
+    assert "_tile_release" in found
+
+
 def test_intrinsic_in_generic_unit(kernel: Path) -> None:
     edit(kernel, DISPATCH, "#include <cstdlib>", "#include <cstdlib>\n#include <immintrin.h>\nstatic __m256 g() { return _mm256_setzero_ps(); }")
     finding = only_error(kernel, "isa-not-enabled")

@@ -20,7 +20,11 @@ at hand (``source_hash_reason`` says why). ``cpu`` names the machine (the
 emulated model for QEMU runs). An executed ``avx512`` entry also says whether
 the unit's AVX512-BF16 branches ran (``bf16_instructions``): the generated unit
 runs on every AVX512 F/BW/VL/DQ CPU and takes its integer bf16 paths where the
-CPU lacks AVX512-BF16 or ``KERNEL_CPU_MASK`` lists ``avx512bf16``.
+CPU lacks AVX512-BF16 or ``KERNEL_CPU_MASK`` lists ``avx512bf16``. A GEMM
+package's avx512 section also carries ``-mamx-*`` (its tier reads ``amx``): the
+dispatcher runs it as ``avx512``, so it counts as executed (``ran_as``) when
+avx512 ran on a CPU whose AMX the unit uses, and as not executed, naming the
+missing AMX or the mask, when avx512 ran without it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from ..cpu import TIERS, cpu_flags, cpu_model, missing_flags, supported_tiers
+from ..cpu import TIERS, cpu_flags, cpu_model, has_isa, missing_flags, supported_tiers
 from .models import NO_AVX512_REASON
 from .resolve import KnownUnits, resolve_units
 from .units import TierUnit
@@ -51,6 +55,20 @@ def bf16_instructions_here() -> bool:
     return "avx512_bf16" in cpu_flags() and "avx512bf16" not in masked
 
 
+def amx_instructions_here() -> bool:
+    """Whether a GEMM unit started from here takes its AMX branches (cpu_features.hpp's
+    ``amx_instructions``: the CPU's AMX flags, and ``KERNEL_CPU_MASK`` not listing ``amx``)."""
+    masked = os.environ.get("KERNEL_CPU_MASK", "").lower().replace(" ", "").split(",")
+    return has_isa("amx") and "amx" not in masked
+
+
+def dispatched_as(tier: str) -> str:
+    """The dispatcher tier that runs a declared unit: a section built with ``-mamx-*``
+    (``tier_of_flags`` says ``amx``) is a GEMM package's avx512 unit, which the dispatcher
+    runs as ``avx512`` and which takes its AMX branches only where the CPU has AMX."""
+    return "avx512" if tier == "amx" else tier
+
+
 def ran_bf16_instructions(entry: dict[str, Any]) -> bool:
     """Whether an executed avx512 entry ran the BF16 branches (older entries: from the CPU's flags)."""
     if "bf16_instructions" in entry:
@@ -63,7 +81,7 @@ def _entry(unit: TierUnit | None, tier: str, *, executed: bool, correct: bool | 
     entry = {"tier": tier, "section": unit.section if unit else None, "executed": executed,
              "reason": None if executed else reason, "correct": correct if executed else None,
              "cpu": cpu, "source_hash": unit.source_hash if unit else None, "emulated": emulated}
-    if executed and tier == "avx512":
+    if executed and dispatched_as(tier) == "avx512":
         entry["bf16_instructions"] = False if emulated else bf16_instructions_here()
     return entry
 
@@ -105,7 +123,7 @@ def bench_tier_evidence(result: Any, payload: dict[str, Any]) -> list[dict[str, 
     units = known.units
     cpu = host_cpu()
     here = supported_tiers()
-    declared = [u.tier for u in units] if units is not None else list(here)
+    declared = [dispatched_as(u.tier) for u in units] if units is not None else list(here)
     usable = [t for t in TIERS if t in declared and t in here]
     ran, how = _bench_ran(result, payload, usable)
     crash = payload.get("crash")
@@ -114,14 +132,18 @@ def bench_tier_evidence(result: Any, payload: dict[str, Any]) -> list[dict[str, 
     targets: Iterable[tuple[TierUnit | None, str]] = (
         [(u, u.tier) for u in units] if units is not None else [(None, t) for t in declared])
     for unit, tier in targets:
-        if tier in ran and not crash:
-            bad = any(f.get("tier") in ran[tier] for f in failures)
+        runs_as = dispatched_as(tier)
+        amx_skipped = tier == "amx" and not amx_instructions_here()
+        if runs_as in ran and not crash and not amx_skipped:
+            bad = any(f.get("tier") in ran[runs_as] for f in failures)
             entry = _entry(unit, tier, executed=True, correct=not bad, reason=None, cpu=cpu,
                            emulated=False)
             entry["how"] = how
+            if tier == "amx":
+                entry["ran_as"] = runs_as
         else:
             entry = _entry(unit, tier, executed=False, correct=None, cpu=cpu, emulated=False,
-                           reason=_not_run_reason(tier, here, result, crash))
+                           reason=_not_run_reason(tier, here, result, crash, ran))
         entries.append(with_origin(entry, known))
     return entries
 
@@ -136,11 +158,16 @@ def with_origin(entry: dict[str, Any], known: KnownUnits) -> dict[str, Any]:
     return entry
 
 
-def _not_run_reason(tier: str, here: list[str], result: Any, crash: Any) -> str:
+def _not_run_reason(tier: str, here: list[str], result: Any, crash: Any, ran: dict[str, set[str]]) -> str:
     if crash:
         return "the kernel crashed or could not be loaded before this tier was checked"
     if tier == "amx":
-        return "amx is not a dispatcher tier; the benchmark does not force it"
+        if "avx512" not in ran:
+            return "its unit is the avx512 tier's, which did not run: " + _not_run_reason(
+                "avx512", here, result, crash, ran)
+        why = (f"this CPU lacks amx (missing flags: {', '.join(missing_flags('amx'))})" if not has_isa("amx")
+               else "KERNEL_CPU_MASK lists amx")
+        return f"the avx512 tier ran this unit but not its AMX branches: {why}"
     if tier not in here:
         return f"this CPU lacks {tier} (missing flags: {', '.join(missing_flags(tier))})"
     forced = getattr(result.options, "tier", None)

@@ -30,7 +30,13 @@ TIER_CPUS: dict[str, tuple[str, str]] = {
         "AVX512 F/BW/VL/DQ (AVX512-BF16 instructions only where the CPU has them)",
         "Intel Skylake-SP (2017) and later Xeons; AMD Zen 4 and later",
     ),
-    "amx": ("AMX-TILE, AMX-BF16, AMX-INT8 (Linux grants AMX per process)", "Intel Sapphire Rapids and later Xeons"),
+    # a section built with -mamx-*: a GEMM package's avx512 unit, whose AMX branches run only
+    # where the CPU has AMX (the dispatcher runs the unit as its avx512 tier)
+    "amx": (
+        "AVX512 F/BW/VL/DQ; its AMX-BF16 tile code only where the CPU has AMX-TILE/BF16/INT8 "
+        "and Linux grants it to the process",
+        "Intel Skylake-SP (2017) and later Xeons, AMD Zen 4 and later; AMX on Intel Sapphire Rapids and later",
+    ),
 }
 
 

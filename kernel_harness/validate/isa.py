@@ -137,3 +137,61 @@ def intrinsic_uses(code: str) -> list[tuple[str, int, str, str]]:
         if found:
             uses.append((word, match.start(), found[0], found[1]))
     return uses
+
+
+#: GCC's feature-test macros: defined exactly when the unit's flags enable the
+#: feature, so code under ``#if defined(__AMX_TILE__)`` is compiled only there.
+ISA_MACROS: dict[str, str] = {
+    "__AVX__": "avx", "__AVX2__": "avx2", "__FMA__": "fma", "__F16C__": "f16c",
+    "__AVX512F__": "avx512f", "__AVX512BW__": "avx512bw", "__AVX512VL__": "avx512vl",
+    "__AVX512DQ__": "avx512dq", "__AVX512CD__": "avx512cd", "__AVX512BF16__": "avx512bf16",
+    "__AVX512FP16__": "avx512fp16", "__AVX512VBMI__": "avx512vbmi", "__AVX512VNNI__": "avx512vnni",
+    "__AMX_TILE__": "amx-tile", "__AMX_BF16__": "amx-bf16", "__AMX_INT8__": "amx-int8",
+}
+_DIRECTIVE_RE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b(.*)$")
+_DEFINED_RE = re.compile(r"^!?\s*defined\s*\(?\s*(\w+)\s*\)?$")
+
+
+def _isa_condition(kind: str, condition: str, enabled: set[str]) -> bool | None:
+    """The value of a preprocessor condition made only of ISA macro tests, or None
+    when it tests anything else (then both branches count as compiled)."""
+    condition = condition.split("//")[0].strip()
+    if kind in ("ifdef", "ifndef"):
+        feature = ISA_MACROS.get(condition)
+        return None if feature is None else (feature in enabled) == (kind == "ifdef")
+    terms = [term.strip() for term in condition.split("&&")]
+    values = []
+    for term in terms:
+        match = _DEFINED_RE.match(term)
+        if match is None or match.group(1) not in ISA_MACROS:
+            return None
+        value = ISA_MACROS[match.group(1)] in enabled
+        values.append(not value if term.startswith("!") else value)
+    return all(values)
+
+
+def compiled_code(code: str, flags: Iterable[str]) -> str:
+    """``code`` with the lines a compiler given ``flags`` skips blanked (same offsets):
+    regions under ``#if defined(__AMX_TILE__) && ...``, ``#ifdef __AVX512F__`` and the
+    like whose ISA macros these flags do not define. Other conditions are kept whole."""
+    enabled = enabled_features(flags)
+    stack: list[tuple[bool, bool | None]] = []  # (enclosing region compiled, this branch's value)
+    out = []
+    for line in code.splitlines(keepends=True):
+        compiled = all(outer and value is not False for outer, value in stack)
+        match = _DIRECTIVE_RE.match(line)
+        if match:
+            kind, rest = match.group(1), match.group(2)
+            if kind in ("if", "ifdef", "ifndef"):
+                stack.append((compiled, _isa_condition(kind, rest, enabled)))
+            elif kind == "else" and stack:
+                outer, value = stack[-1]
+                stack[-1] = (outer, None if value is None else not value)
+            elif kind == "elif" and stack:
+                stack[-1] = (stack[-1][0], None)
+            elif kind == "endif" and stack:
+                stack.pop()
+            out.append(line)
+            continue
+        out.append(line if compiled else "".join(c if c == "\n" else " " for c in line))
+    return "".join(out)

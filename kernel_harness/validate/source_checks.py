@@ -13,7 +13,7 @@ import re
 from ..cpu import AVX512_TIER_FEATURES
 from .cxx_text import Source
 from .findings import Report
-from .isa import LEVEL_NAMES, LEVEL_OF_FEATURE, enabled_features, flags_level, intrinsic_uses
+from .isa import LEVEL_NAMES, LEVEL_OF_FEATURE, compiled_code, enabled_features, flags_level, intrinsic_uses
 
 TODO_MARKER = "KERNEL_TODO("
 _TODO_DEFINE_RE = re.compile(r"^\s*#\s*define\s+KERNEL_TODO\s*\(")
@@ -50,8 +50,9 @@ def check_todo_markers(report: Report, source: Source) -> None:
             )
 
 
-def unit_level(source: Source) -> int:
-    return max((LEVEL_OF_FEATURE.get(feature, 0) for _, _, feature, _ in intrinsic_uses(source.code)), default=0)
+def unit_level(source: Source, flags: tuple[str, ...]) -> int:
+    code = compiled_code(source.code, flags)
+    return max((LEVEL_OF_FEATURE.get(feature, 0) for _, _, feature, _ in intrinsic_uses(code)), default=0)
 
 
 def check_isa(report: Report, source: Source, section: str, flags: tuple[str, ...]) -> None:
@@ -59,7 +60,7 @@ def check_isa(report: Report, source: Source, section: str, flags: tuple[str, ..
     enabled = enabled_features(flags)
     reported: set[str] = set()
     guarded_unit = is_bf16_guarded_unit(source)
-    for word, offset, feature, flag in intrinsic_uses(source.code):
+    for word, offset, feature, flag in intrinsic_uses(compiled_code(source.code, flags)):
         if feature in enabled or feature in reported or (guarded_unit and feature == "avx512bf16"):
             continue  # (a generated avx512 unit's BF16 intrinsics: check_bf16_guard says what to do)
         reported.add(feature)
@@ -81,7 +82,7 @@ def check_isa(report: Report, source: Source, section: str, flags: tuple[str, ..
 def check_mixing(report: Report, section: str, flags: tuple[str, ...], units: list[Source], line: int | None, toml_rel: str) -> None:
     """One tier = one ISA level: AVX2 code compiled with AVX512 flags may emit AVX512 (SIGILL on AVX2-only CPUs)."""
     section_level = flags_level(flags)
-    levels = {unit.rel: unit_level(unit) for unit in units}
+    levels = {unit.rel: unit_level(unit, flags) for unit in units}
     used = {level for level in levels.values() if level > 0}
     if len(used) > 1:
         described = ", ".join(f"{rel} ({LEVEL_NAMES[level]})" for rel, level in levels.items() if level)
