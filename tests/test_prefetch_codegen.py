@@ -71,3 +71,22 @@ def test_the_built_catalogue_units_hold_prefetch_instructions(catalogue_kernel_d
     assert libraries, f"no built library under {catalogue_kernel_dir}/build"
     counts = prefetch_counts(libraries[0])  # what build_kernel.py reports
     assert counts is not None and counts["avx2"] > 0 and counts["avx512"] > 0, counts
+
+
+def test_the_count_is_cached_until_the_library_changes(tmp_path: Path, monkeypatch):
+    """A no-op rebuild (the library copied with its timestamp) reuses the recorded count
+    instead of running objdump again; a relinked library, or a broken cache, is counted anew."""
+    from kernel_harness.build import machine_code
+
+    calls = []
+    monkeypatch.setattr(machine_code, "prefetch_counts",
+                        lambda library: calls.append(library) or {"avx2": 1, "avx512": 2, "other": len(calls)})
+    library, cache = tmp_path / "kernel.so", tmp_path / "prefetch_counts.json"
+    library.write_bytes(b"\x7fELF one")
+    first = machine_code.cached_prefetch_counts(library, cache)
+    assert machine_code.cached_prefetch_counts(library, cache) == first and len(calls) == 1
+    library.write_bytes(b"\x7fELF relinked, longer")
+    assert machine_code.cached_prefetch_counts(library, cache)["other"] == 2 and len(calls) == 2
+    cache.write_text("{not json")
+    assert machine_code.cached_prefetch_counts(library, cache)["other"] == 3
+    assert machine_code.cached_prefetch_counts(tmp_path / "missing.so", cache) is None

@@ -19,7 +19,7 @@ from ..errors import CheckFailed, UsageError
 from ..portability.units import BUILT_UNITS_FILE, built_units_json
 from . import codegen, layout
 from .diagnostics import CompileError, first_error
-from .machine_code import prefetch_counts
+from .machine_code import cached_prefetch_counts
 from .ninja import ninja_file, run_ninja, write_if_changed
 from .plan import BuildPlan, make_plan
 from .toolchain import find_ccache, find_compiler, find_ninja, torch_info
@@ -148,5 +148,5 @@ def build_kernel(
         linked=result.linked,
         seconds=time.perf_counter() - started,
         ccache=ccache is not None,
-        prefetches=prefetch_counts(variant_dir / plan.names.so_name),
+        prefetches=cached_prefetch_counts(variant_dir / plan.names.so_name, plan.obj_dir / "prefetch_counts.json"),
     )

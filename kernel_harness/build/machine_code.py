@@ -11,6 +11,7 @@ a prefetch knob that hold the same count are known to have tested nothing.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -42,4 +43,29 @@ def prefetch_counts(library: Path) -> dict[str, int] | None:
             tier = _tier_of(line)
         elif "\tprefetch" in line:
             counts[tier] += 1
+    return counts
+
+
+def cached_prefetch_counts(library: Path, cache: Path) -> dict[str, int] | None:
+    """``prefetch_counts(library)``, read from ``cache`` while the library's size and
+    modification time are those the cache recorded: a no-op rebuild (nothing relinked)
+    then costs no objdump run (0.3-0.8 s here), which ``bench_build.py`` would otherwise
+    time as part of every build. An unreadable or stale cache is simply recomputed."""
+    try:
+        stat = library.stat()
+    except OSError:
+        return None
+    key = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    try:
+        recorded = json.loads(cache.read_text(encoding="utf-8"))
+        if recorded.get("library") == key and isinstance(recorded.get("counts"), dict):
+            return recorded["counts"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    counts = prefetch_counts(library)
+    if counts is not None:
+        try:
+            cache.write_text(json.dumps({"library": key, "counts": counts}), encoding="utf-8")
+        except OSError:
+            pass  # a cache we cannot write is only a slower next build
     return counts
