@@ -26,7 +26,7 @@ DTYPE_ENUM = {"fp32": "DType::F32", "bf16": "DType::BF16", "fp16": "DType::F16"}
 #: where it likes (it ran a guarded VCVTNEPS2BF16 speculatively on an Ice Lake). The
 #: unit's AVX512-BF16 instructions are volatile asm behind kBf16 (avx512.cpp.in).
 _ELEMENTWISE_AVX512 = tuple(f"-m{feature}" for feature in AVX512_TIER_FEATURES)
-#: AMX intrinsics are volatile asm in GCC's headers and run only behind cpu_features().amx().
+#: AMX intrinsics are volatile asm in GCC's headers and run only behind amx_instructions() (cpu_features.hpp).
 _GEMM_EXTRA = ("-mamx-tile", "-mamx-bf16", "-mamx-int8")
 AVX2_FLAGS: tuple[str, ...] = ("-mavx2", "-mfma", "-mf16c", "-fopenmp")
 

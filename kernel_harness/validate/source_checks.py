@@ -164,7 +164,7 @@ def check_bf16_guard(report: Report, source: Source) -> None:
 
 #: What a generated avx512 unit may be compiled for: the dispatcher's avx512 check
 #: (F/BW/VL/DQ, and what they imply) plus AMX, whose intrinsics are volatile asm
-#: that runs only behind cpu_features().amx().
+#: that runs only behind amx_instructions() (cpu_features.hpp).
 _AVX512_TIER_FEATURES = {*AVX512_TIER_FEATURES, "avx512cd", "avx2", "avx", "fma", "f16c", "sse",
                          "amx-tile", "amx-bf16", "amx-int8"}
 
