@@ -122,7 +122,9 @@ def gemm_path(dtype: str, m: int | None, machine: MachineProfile) -> tuple[str, 
     amx = machine.has_flag("amx_bf16") and machine.has_flag("amx_tile")
     if dtype == "bf16" and amx and (m is None or m >= AMX_MIN_M):
         return "amx-brgemm", (f"M {'>= ' + str(AMX_MIN_M) if m is None else '= ' + str(m)}: AMX bf16 tiles via "
-                              "at::native::cpublas::brgemm (or hand-written tile code), weights packed to VNNI")
+                              "at::native::cpublas::brgemm, or hand-written tile code as in the catalogue's linear "
+                              "(templates/ops/linear.op, lin_amx: 32 x 32 blocks in four TDPBF16PS "
+                              "accumulators, the weight converted to VNNI tiles per k-step)")
     if dtype == "bf16" and machine.has_flag("avx512_bf16"):
         path, why = "avx512-bf16-dot", (
             f"M = {m} < {AMX_MIN_M}: a GEMV-like shape; AMX tiles would be mostly empty, "
