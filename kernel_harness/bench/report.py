@@ -356,7 +356,8 @@ def _print_timing(payload: dict[str, Any], console: Console) -> None:
                 if tp.get("bandwidth_fraction") else ""
             parts.append(f"{tp['gbps']:.2f} GB/s{frac} [{tp['bytes_source']}]")
         if tp.get("gflops"):
-            frac = f" ({100 * tp['peak_fraction']:.1f} % of peak {tp['peak_gflops']:.0f})" \
+            source = f", {tp['peak_source']}" if tp.get("peak_source") else ""
+            frac = f" ({100 * tp['peak_fraction']:.1f} % of peak {tp['peak_gflops']:.0f}{source})" \
                 if tp.get("peak_fraction") else ""
             parts.append(f"{tp['gflops']:.2f} GFLOP/s{frac}")
         if parts:

@@ -32,7 +32,8 @@ def measure_throughput(session: Session, s: InputSet) -> None:
     }
     if r.baseline_us:
         info["baseline_gbps"] = moved / (r.baseline_us * 1e-6) / 1e9 if moved else None
-    limits = machine_limits(r.threads)
+    limits = machine_limits(r.threads, dtype=_dtype_name(s.inputs), tier=r.conditions.get("tier_ran"),
+                            flops_per_byte=flops / moved if flops and moved else None)
     info.update(limits)
     if limits.get("bandwidth_gbps") and info["gbps"]:
         info["bandwidth_fraction"] = info["gbps"] / limits["bandwidth_gbps"]
@@ -61,7 +62,44 @@ def last_level_cache_bytes() -> int | None:
     return best
 
 
-def machine_limits(threads: int) -> dict[str, Any]:
+_DTYPE_NAMES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+
+
+def _dtype_name(inputs: Any) -> str | None:
+    """The first floating-point input's dtype as the probe names it ("bf16", ...)."""
+    for t in tree.tensors(inputs):
+        if t.is_floating_point():
+            return _DTYPE_NAMES.get(str(t.dtype))
+    return None
+
+
+def _peak(profile: Any, *, threads: int, dtype: str | None, tier: str | None,
+          flops_per_byte: float | None) -> tuple[float | None, str]:
+    """The compute peak the timed kernel is held against, and which probe peak it is.
+
+    The fp32 vector peak of the widest tier, unless the op does more arithmetic per
+    byte than that peak and the bandwidth balance (a GEMM's shape) and its dtype has
+    a faster unit this tier can reach: bf16 on a CPU with AMX, whose tiles the avx512
+    unit and oneDNN use (the analysis's choose_limits decides as for analyze_op.py).
+    Never a peak below the tier's fp32 one: a bf16 kernel may widen and FMA, so the
+    fraction stays a fraction."""
+    from ..analysis.roofline import choose_limits
+
+    single = threads == 1
+    vector = profile.peak_gflops("fp32_fma_avx2", threads="1" if single else "all") if tier == "avx2" \
+        else profile.best_vector_fp32_gflops(threads="single" if single else "all")
+    source = "fp32_fma_avx2" if tier == "avx2" else "best fp32 vector FMA"
+    balance = vector / profile.bandwidth.copy_prealloc_gbs if vector and profile.bandwidth.copy_prealloc_gbs else None
+    if dtype and flops_per_byte and balance and flops_per_byte > balance:
+        chosen = choose_limits(profile, kind="gemm", dtype=dtype, tier=tier)
+        peak = chosen.peak_gflops_1t if single else chosen.peak_gflops
+        if vector is None or peak > vector:
+            return peak, chosen.peak_source
+    return vector, source
+
+
+def machine_limits(threads: int, *, dtype: str | None = None, tier: str | None = None,
+                   flops_per_byte: float | None = None) -> dict[str, Any]:
     """The machine's measured limits, from the cached profile only (no probing mid-benchmark)."""
     try:
         from ..machine import load_cached_profile
@@ -76,8 +114,10 @@ def machine_limits(threads: int) -> dict[str, Any]:
                                   "python -m kernel_harness.machine once)"}
     single = threads == 1
     bw = profile.bandwidth
+    peak, source = _peak(profile, threads=threads, dtype=dtype, tier=tier, flops_per_byte=flops_per_byte)
     return {
         "machine_limits": "measured profile of " + profile.measured_at,
         "bandwidth_gbps": bw.copy_prealloc_gbs_1t if single else bw.copy_prealloc_gbs,
-        "peak_gflops": profile.best_vector_fp32_gflops(threads="single" if single else "all"),
+        "peak_gflops": peak,
+        "peak_source": source,
     }
