@@ -77,7 +77,7 @@ def _peak(profile: Any, *, threads: int, dtype: str | None, tier: str | None,
           flops_per_byte: float | None) -> tuple[float | None, str]:
     """The compute peak the timed kernel is held against, and which probe peak it is.
 
-    The fp32 vector peak of the widest tier, unless the op does more arithmetic per
+    The fp32 FMA peak of the tier that ran (the widest when unknown), unless the op does more arithmetic per
     byte than that peak and the bandwidth balance (a GEMM's shape) and its dtype has
     a faster unit this tier can reach: bf16 on a CPU with AMX, whose tiles the avx512
     unit and oneDNN use (the analysis's choose_limits decides as for analyze_op.py).
@@ -86,16 +86,16 @@ def _peak(profile: Any, *, threads: int, dtype: str | None, tier: str | None,
     from ..analysis.roofline import choose_limits
 
     single = threads == 1
-    vector = profile.peak_gflops("fp32_fma_avx2", threads="1" if single else "all") if tier == "avx2" \
-        else profile.best_vector_fp32_gflops(threads="single" if single else "all")
-    source = "fp32_fma_avx2" if tier == "avx2" else "best fp32 vector FMA"
-    balance = vector / profile.bandwidth.copy_prealloc_gbs if vector and profile.bandwidth.copy_prealloc_gbs else None
-    if dtype and flops_per_byte and balance and flops_per_byte > balance:
+    vector = choose_limits(profile, kind="elementwise", dtype="fp32", tier=tier)
+    if not profile.peak_gflops(vector.peak_source):
+        return None, "unmeasured"  # the probe measured no FMA peak for this tier
+    vector_peak = vector.peak_gflops_1t if single else vector.peak_gflops
+    if dtype and flops_per_byte and vector.bandwidth_gbs and flops_per_byte > vector.peak_gflops / vector.bandwidth_gbs:
         chosen = choose_limits(profile, kind="gemm", dtype=dtype, tier=tier)
         peak = chosen.peak_gflops_1t if single else chosen.peak_gflops
-        if vector is None or peak > vector:
+        if peak > vector_peak:
             return peak, chosen.peak_source
-    return vector, source
+    return vector_peak, vector.peak_source
 
 
 def machine_limits(threads: int, *, dtype: str | None = None, tier: str | None = None,

@@ -49,17 +49,20 @@ def host_cpu() -> str:
     return f"{cpu_model()} [{' '.join(flags) or 'no AVX2/AVX512 flags'}]"
 
 
+def _masked(token: str) -> bool:
+    """Whether ``KERNEL_CPU_MASK`` (comma separated, any case) lists ``token``, as cpu_features.hpp reads it."""
+    return token in os.environ.get("KERNEL_CPU_MASK", "").lower().replace(" ", "").split(",")
+
+
 def bf16_instructions_here() -> bool:
     """Whether a generated avx512 unit started from here takes its AVX512-BF16 branches (``kBf16``)."""
-    masked = os.environ.get("KERNEL_CPU_MASK", "").lower().replace(" ", "").split(",")
-    return "avx512_bf16" in cpu_flags() and "avx512bf16" not in masked
+    return "avx512_bf16" in cpu_flags() and not _masked("avx512bf16")
 
 
 def amx_instructions_here() -> bool:
     """Whether a GEMM unit started from here takes its AMX branches (cpu_features.hpp's
     ``amx_instructions``: the CPU's AMX flags, and ``KERNEL_CPU_MASK`` not listing ``amx``)."""
-    masked = os.environ.get("KERNEL_CPU_MASK", "").lower().replace(" ", "").split(",")
-    return has_isa("amx") and "amx" not in masked
+    return has_isa("amx") and not _masked("amx")
 
 
 def dispatched_as(tier: str) -> str:
