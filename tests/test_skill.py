@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,14 +38,37 @@ def assert_named_files_exist(blocks: list[str]) -> None:
         assert (PROJECT_ROOT / path).is_file(), path
 
 
+UNRELIABLE_ATTEMPTS = 3
+UNRELIABLE_PAUSE_S = 20.0
+
+
+def run_block_until_reliable(block: str, workspace: Path, env: dict, *, timeout: float) -> subprocess.CompletedProcess:
+    """One block, run again (after a pause for the other tenant's burst to pass) while
+    the harness refuses its timing as unreliable; skips the test if it never stops."""
+    for attempt in range(UNRELIABLE_ATTEMPTS):
+        if attempt:
+            time.sleep(UNRELIABLE_PAUSE_S)
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workspace, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        said = proc.stdout + proc.stderr
+        if proc.returncode == 0 or "unreliable" not in said:
+            return proc
+    assert "Nothing was recorded" in said, f"an unreliable run's refusal must say nothing was recorded:\n{said[-3000:]}"
+    reason = next((line.strip() for line in said.splitlines() if "UNRELIABLE" in line), "the timing was unreliable")
+    pytest.skip(f"the harness refused {UNRELIABLE_ATTEMPTS} timings in a row on this busy host ({reason})")
+
+
 def run_blocks_in_order(blocks: list[str], workspace: Path, *, timeout: float) -> list[str]:
     """Run each block with bash -euo pipefail in a workspace that links the project's
     scripts, examples and references, as a user in a checkout would; their outputs.
 
     A block that fails because a benchmark run was marked unreliable (another job
     took the CPUs of this shared machine, and ``result`` refused to record it) is
-    run once more, as SKILL.md tells the user to: its blocks are cut so that a
-    rerun records nothing twice."""
+    run again after a pause, as SKILL.md tells the user to: its blocks are cut so
+    that a rerun records nothing twice. If the host stays that busy for every
+    attempt, the refusal itself is checked (it must say nothing was recorded) and
+    the test is skipped with the harness's own reason: the quick start cannot be
+    judged on a machine the harness rightly refuses to time."""
     workspace.mkdir()
     for name in ("scripts", "examples", "references"):
         (workspace / name).symlink_to(PROJECT_ROOT / name)
@@ -52,11 +76,7 @@ def run_blocks_in_order(blocks: list[str], workspace: Path, *, timeout: float) -
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     outputs = []
     for index, block in enumerate(blocks):
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workspace, env=env,
-                              capture_output=True, text=True, timeout=timeout)
-        if proc.returncode != 0 and "unreliable" in proc.stdout + proc.stderr:
-            proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workspace, env=env,
-                                  capture_output=True, text=True, timeout=timeout)
+        proc = run_block_until_reliable(block, workspace, env, timeout=timeout)
         assert proc.returncode == 0, f"block {index} failed:\n{block}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
         outputs.append(proc.stdout + proc.stderr)
     return outputs
