@@ -318,13 +318,13 @@ def test_avx512_unit_fp32_and_fp16_paths_run_on_an_avx512f_cpu(linear_kernel_dir
     assert "fp32: 0 wrong elements" in run.stdout and "fp16: 0 wrong elements" in run.stdout
 
 
-_AMX_PROBE = """
+_PROBE = """
 import pathlib, sys, torch, kernels
 import torch.nn.functional as F
 k = kernels.get_local_kernel(pathlib.Path(sys.argv[1]))
 gen = torch.Generator().manual_seed(11)
 out = {}
-for m, n, k_ in ((5, 33, 70), (33, 130, 4096 + 13), (300, 70, 77)):
+for m, n, k_ in SHAPES:
     x = torch.randn(m, k_, generator=gen).bfloat16()
     w = torch.randn(n, k_, generator=gen).bfloat16()
     b = torch.randn(n, generator=gen).bfloat16()
@@ -332,6 +332,58 @@ for m, n, k_ in ((5, 33, 70), (33, 130, 4096 + 13), (300, 70, 77)):
 big = torch.empty(1024, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
 torch.save({"out": out, "tier_1024": k.dispatch_tier("linear", *big)}, sys.argv[2])
 """
+_AMX_SHAPES = ((5, 33, 70), (33, 130, 4096 + 13), (300, 70, 77))
+# the dot path's M (below the AMX rows), K with and without a tail of pairs and of vectors; enough
+# long sums that another summation order moves some bf16 roundings (~1 output in 1000 at K = 4096)
+_DOT_SHAPES = ((1, 4096, 4096), (4, 2048, 4096 + 13), (2, 8192, 4096), (2, 65, 77), (3, 9, 31))
+
+
+def run_probe(kernel_dir: Path, tmp_path: Path, shapes: tuple, masks: tuple[str, ...]) -> dict:
+    """bf16 linear on continuous data in a fresh process per KERNEL_CPU_MASK (the unit reads the
+    mask once): per mask, the saved inputs and outputs (plain and packed weight) per shape."""
+    script = tmp_path / "probe.py"
+    script.write_text(_PROBE.replace("SHAPES", repr(shapes)))
+    results = {}
+    for mask in masks:
+        env = {key: v for key, v in os.environ.items() if key not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
+        env["KERNEL_CPU_MASK"] = mask
+        dest = tmp_path / f"out_{mask or 'none'}.pt"
+        run = subprocess.run([sys.executable, str(script), str(kernel_dir), str(dest)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        results[mask] = torch.load(dest)
+    return results
+
+
+def assert_within_fp32_sum_bound(x, w, b, got, what: str) -> None:
+    """got within half a bf16 ulp plus the fp32-sum error bound (k * 2^-23 * |x| |w|) of float64."""
+    exact = F.linear(x.double(), w.double(), b.double())
+    bound = x.shape[-1] * 2.0**-23 * F.linear(x.double().abs(), w.double().abs(), b.double().abs())
+    half_ulp = torch.finfo(torch.bfloat16).eps / 2
+    err = (got.double() - exact).abs()
+    assert bool((err <= half_ulp * exact.abs() * (1 + 1e-3) + bound * (1 + 2 * half_ulp)).all()), (
+        f"{what}: worst error {err.max()}")
+
+
+def test_bf16_dot_path_takes_vdpbf16ps_where_the_cpu_has_it(linear_kernel_dir: Path, tmp_path: Path):
+    """bf16 decode sizes on the avx512 tier: with AVX512-BF16 the dot path sums element pairs by
+    VDPBF16PS, with KERNEL_CPU_MASK=avx512bf16 it widens and uses FMAs. Both within the fp32-sum
+    bound on continuous data, K tails included; their bits differ (another summation order), so
+    the VDPBF16PS loop did run."""
+    from kernel_harness.cpu import cpu_flags
+
+    if not has_isa("avx512"):
+        pytest.skip(skip_reason("avx512"))
+    if "avx512_bf16" not in cpu_flags():
+        pytest.skip("this CPU lacks avx512_bf16 (the FMA dot path runs there, tested by the exact-input tests)")
+    results = run_probe(linear_kernel_dir, tmp_path, _DOT_SHAPES, ("", "avx512bf16"))
+    differs = False
+    for shape, (x, w, b, plain, packed) in results[""]["out"].items():
+        fma_plain = results["avx512bf16"]["out"][shape][3]
+        assert_within_fp32_sum_bound(x, w, b, plain, f"vdpbf16ps {shape}")
+        assert_within_fp32_sum_bound(x, w, b, fma_plain, f"fma {shape}")
+        differs |= not torch.equal(plain, fma_plain)
+    assert differs, "VDPBF16PS and FMA dot products were bit-equal everywhere: the pair loop did not run"
 
 
 def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_kernel_dir: Path, tmp_path: Path):
@@ -343,29 +395,14 @@ def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_ke
         pytest.skip(skip_reason("amx"))
     if not has_isa("avx512"):
         pytest.skip(skip_reason("avx512"))
-    script = tmp_path / "probe.py"
-    script.write_text(_AMX_PROBE)
-    results = {}
-    for mask in ("", "amx"):
-        env = {key: v for key, v in os.environ.items() if key not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
-        env["KERNEL_CPU_MASK"] = mask
-        dest = tmp_path / f"out_{mask or 'amx_on'}.pt"
-        run = subprocess.run([sys.executable, str(script), str(linear_kernel_dir), str(dest)], env=env,
-                             capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, run.stderr[-3000:]
-        results[mask] = torch.load(dest)
+    results = run_probe(linear_kernel_dir, tmp_path, _AMX_SHAPES, ("", "amx"))
     assert results[""]["tier_1024"] == "generic" and results["amx"]["tier_1024"] == "avx512"
     differs = False
     for shape, (x, w, b, plain, packed) in results[""]["out"].items():
         fma_plain, fma_packed = results["amx"]["out"][shape][3:]
-        exact = F.linear(x.double(), w.double(), b.double())
-        bound = shape[2] * 2.0**-23 * F.linear(x.double().abs(), w.double().abs(), b.double().abs())
-        half_ulp = torch.finfo(torch.bfloat16).eps / 2
         for got, what in ((plain, "amx plain"), (packed, "amx packed"), (fma_plain, "fma plain"),
                           (fma_packed, "fma packed")):
-            err = (got.double() - exact).abs()
-            assert bool((err <= half_ulp * exact.abs() * (1 + 1e-3) + bound * (1 + 2 * half_ulp)).all()), (
-                f"{what} {shape}: worst error {err.max()}")
+            assert_within_fp32_sum_bound(x, w, b, got, f"{what} {shape}")
         assert torch.equal(plain, packed), f"{shape}: the AMX path must not depend on the weight's layout"
         differs |= not torch.equal(plain, fma_plain)
     assert differs, "AMX and FMA results were bit-equal everywhere: the AMX path did not run"

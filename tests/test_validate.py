@@ -165,11 +165,11 @@ def test_bf16_intrinsic_without_bf16_flag(kernel: Path) -> None:
     assert "avx512bf16" in finding.message and "-mavx512bf16" in finding.message
 
 
-def generated_avx512_unit(tmp_path: Path) -> tuple[Path, str]:
+def generated_avx512_unit(tmp_path: Path, ops: tuple[str, ...] = ("rms_norm",)) -> tuple[Path, str]:
     from kernel_harness.scaffold import ScaffoldOptions, generate_project
 
     root = tmp_path / "gen"
-    generate_project(ScaffoldOptions(ops=("rms_norm",), name="gen_kernel", directory=root))
+    generate_project(ScaffoldOptions(ops=ops, name="gen_kernel", directory=root))
     return root, "gen_kernel_cpu/gen_kernel_avx512.cpp"
 
 
@@ -183,17 +183,30 @@ def test_generated_avx512_unit_guards_every_bf16_instruction(tmp_path: Path) -> 
 def test_unguarded_bf16_instruction_in_generated_avx512_unit(tmp_path: Path) -> None:
     """A VDPBF16PS without the kBf16 test would SIGILL on AVX512 CPUs without BF16 (Ice Lake)."""
     root, unit = generated_avx512_unit(tmp_path)
-    edit(root, unit, "  if (kBf16) return bf16_dot_insn(", "  return bf16_dot_insn(")
+    edit(root, unit, "  return kBf16 ? bf16_dot_insn(acc, a, b) : bf16_dot_split(acc, a, b);", "  return bf16_dot_insn(acc, a, b);")
     found = [f for f in validate_kernel(root).errors if f.code == "bf16-unguarded"]
     assert len(found) == 1 and found[0].file == unit and found[0].line is not None
     assert "bf16_dot_insn" in found[0].message and "kBf16" in found[0].message and "Ice Lake" in found[0].message
 
 
+def test_local_copy_of_the_bf16_test_guards_a_hot_loop(tmp_path: Path) -> None:
+    """linear's dot loop reads kBf16 once into `const bool insn` and tests that (the static's guard
+    inside the loop spilled its accumulators): accepted; a copy of something else is not a guard."""
+    root, unit = generated_avx512_unit(tmp_path, ops=("rms_norm", "linear"))
+    text = (root / unit).read_text()
+    assert "const bool insn = kBf16;" in text and "insn ? bf16_dot_insn(" in text
+    assert "bf16-unguarded" not in {f.code for f in validate_kernel(root).errors}
+    edit(root, unit, "const bool insn = kBf16;", "const bool insn = true;")
+    found = [f for f in validate_kernel(root).errors if f.code == "bf16-unguarded"]
+    assert len(found) == 1 and "bf16_dot_insn" in found[0].message
+    assert (root / unit).read_text().splitlines()[found[0].line - 1].strip().startswith("acc[i][r] = insn ?")
+
+
 def test_bf16_intrinsic_in_generated_avx512_unit_is_refused_even_when_guarded(tmp_path: Path) -> None:
     """An intrinsic behind `if (kBf16)` may still run speculatively: the unit must use the asm helpers."""
     root, unit = generated_avx512_unit(tmp_path)
-    edit(root, unit, "  if (kBf16) return bf16_dot_insn(acc, x, x);",
-         "  if (kBf16) return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)x);")
+    edit(root, unit, "  return kBf16 ? bf16_dot_insn(acc, a, b) : bf16_dot_split(acc, a, b);",
+         "  return kBf16 ? _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b) : bf16_dot_split(acc, a, b);")
     found = [f for f in validate_kernel(root).errors if f.code in ("bf16-unguarded", "isa-not-enabled")]
     assert [f.code for f in found] == ["bf16-unguarded"]
     assert "speculatively" in found[0].message and "bf16_dot_insn" in found[0].message

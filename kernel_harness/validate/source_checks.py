@@ -114,6 +114,9 @@ BF16_GUARD = "kBf16"
 _BF16_GUARD_DEF_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+kBf16\b", re.MULTILINE)
 _BF16_INSN_CALL_RE = re.compile(r"\b(bf16_\w+_insn)\s*\(")
 _BF16_INSN_DEF_RE = re.compile(r"^\s*(?:static\s+)?(?:inline\s+)?(?!return\b|else\b)[\w:]+\s+bf16_\w+_insn\s*\(")
+# A local copy of the test (`const bool insn = kBf16;`): hot loops read kBf16 once, because
+# the test itself is a function-local static whose guard made GCC spill their registers.
+_BF16_GUARD_ALIAS_RE = re.compile(r"\bconst\s+bool\s+(\w+)\s*=\s*\(?\s*kBf16\s*\)?\s*;")
 
 
 def is_bf16_guarded_unit(source: Source) -> bool:
@@ -132,7 +135,8 @@ def check_bf16_guard(report: Report, source: Source) -> None:
     compiler may execute it speculatively (GCC 12 did: SIGILL on an Ice Lake).
     So a BF16 intrinsic is an error here, and so is a helper call whose line
     does not test ``kBf16`` (the check reads lines: ``kBf16 ? ... : ...`` or
-    ``if (kBf16) return ...;``). Units that do not define ``kBf16`` (not built
+    ``if (kBf16) return ...;``), or a local copy of it declared as
+    ``const bool insn = kBf16;`` (``insn ? ... : ...``). Units that do not define ``kBf16`` (not built
     from our templates) are left to the ordinary ISA check.
     """
     if not is_bf16_guarded_unit(source):
@@ -149,10 +153,11 @@ def check_bf16_guard(report: Report, source: Source) -> None:
                 "store/to_bf16_2/vsq2_acc helpers, which already do.",
             )
     lines = source.code.splitlines()
+    guards = re.compile(r"\b(?:" + "|".join([BF16_GUARD, *_BF16_GUARD_ALIAS_RE.findall(source.code)]) + r")\b")
     for match in _BF16_INSN_CALL_RE.finditer(source.code):
         number = source.line_of(match.start())
         line = lines[number - 1]
-        if BF16_GUARD in line or _BF16_INSN_DEF_RE.match(line):
+        if guards.search(line) or _BF16_INSN_DEF_RE.match(line):
             continue
         report.error(
             "bf16-unguarded", source.rel, number,
