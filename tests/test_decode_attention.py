@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -206,13 +207,20 @@ def test_benchmark_cli_passes_the_strict_check(attn_kernel_dir, script, tmp_path
 
 # ---------------------------------------------------------------- each SIMD body on its own
 
-def _compile_body(tmp_path: Path, tier: str):
-    """The generated unit of ``tier`` with its build.toml flags plus a C wrapper, loaded with ctypes."""
+def _compile_body(tmp_path: Path, tier: str, knobs: dict[str, str] | None = None):
+    """The generated unit of ``tier`` with its build.toml flags plus a C wrapper, loaded with ctypes;
+    ``knobs`` set to other values first (one #define each)."""
+    plan = plan_project(_options(tmp_path))
+    unit = f"{NS}/{PACKAGE}_{tier}.cpp"
+    for knob, value in (knobs or {}).items():
+        text, count = re.subn(rf"^#define {knob} .*$", f"#define {knob} {value}", plan.files[unit], flags=re.MULTILINE)
+        assert count == 1, knob
+        plan.files[unit] = text
     wrapper = ('extern "C" void run(int dt, void* o, const void* q, const void* k, const void* v, int64_t B, '
                "int64_t H, int64_t Hkv, int64_t S, int64_t D, const int64_t* ks, const int64_t* vs, double scale) {\n"
                f"  {NS}::{tier}::decode_attention(static_cast<{NS}::DType>(dt), o, q, k, v, B, H, Hkv, S, D, ks, vs, "
                "scale);\n}")
-    return compile_tier_unit(plan_project(_options(tmp_path)), PACKAGE, tier, wrapper, tmp_path)
+    return compile_tier_unit(plan, PACKAGE, tier, wrapper, tmp_path)
 
 
 def _call_body(lib, q, k, v, scale):
@@ -241,6 +249,38 @@ def test_simd_bodies_match_the_float64_reference_bit_for_bit(tmp_path, tier):
     for q, k, v, scale in sets:
         assert_matches(_call_body(lib, q, k, v, scale), reference(q, k, v, scale),
                        f"{tier} body {q.dtype} k {tuple(k.shape)}")
+
+
+def _ordered_bits(t: torch.Tensor) -> torch.Tensor:
+    """16-bit floats as integers in value order: neighbouring values differ by 1."""
+    b = t.view(torch.int16).int()
+    return torch.where(b < 0, -(b & 0x7FFF), b)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tier", ["avx2", "avx512"])
+def test_fp32_sums_knob_stays_within_an_ulp_and_changes_the_sums(tmp_path, tier):
+    """DECODE_ATTN_EXACT 0 (fp32 scores, weights and sums): bf16/fp16 outputs at most one ulp from
+    the correctly rounded float64 result and rarely off at all, fp32 outputs within 1e-5 of the
+    values' scale; fp32 outputs differ from the double path's (the knob does what it says)."""
+    for name in ("fast", "exact"):
+        (tmp_path / name).mkdir()
+    fast = _compile_body(tmp_path / "fast", tier, {"DECODE_ATTN_EXACT": "0"})
+    exact = _compile_body(tmp_path / "exact", tier)
+    changed = 0
+    for i, shape in enumerate((*SHAPES, (1, 32, 32, 2048, 128))):
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            q, k, v, scale = case(shape, dtype, seed=i)
+            got, ref = _call_body(fast, q, k, v, scale), reference(q, k, v, scale)
+            where = f"{tier} fp32 sums {dtype} {shape}"
+            if dtype == torch.float32:
+                exact64 = BASE.get_reference_output(q.double(), k.double(), v.double(), scale)
+                assert (got.double() - exact64).abs().max() <= 1e-5 * v.abs().max(), where
+                changed += int((got != _call_body(exact, q, k, v, scale)).sum())
+            else:
+                ulps = (_ordered_bits(got) - _ordered_bits(ref)).abs()
+                assert ulps.max() <= 1 and (ulps > 0).float().mean() < 0.01, where
+    assert changed > 0, f"{tier}: DECODE_ATTN_EXACT 0 gave the double path's fp32 outputs: the knob did nothing"
 
 
 def test_analyze_op_gives_decode_advice(script, tmp_path):
