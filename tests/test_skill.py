@@ -54,7 +54,9 @@ def run_block_until_reliable(block: str, workspace: Path, env: dict, *, timeout:
         if proc.returncode == 0 or "unreliable" not in said:
             return proc
     assert "Nothing was recorded" in said, f"an unreliable run's refusal must say nothing was recorded:\n{said[-3000:]}"
-    reason = next((line.strip() for line in said.splitlines() if "UNRELIABLE" in line), "the timing was unreliable")
+    # the report's UNRELIABLE paragraph, unwrapped (rich folds it at the terminal width)
+    found = re.search(r"UNRELIABLE:(.*?)(?:\n\s*what to do|\Z)", said, re.DOTALL)
+    reason = " ".join(found.group(1).split()) if found else "the timing was unreliable"
     pytest.skip(f"the harness refused {UNRELIABLE_ATTEMPTS} timings in a row on this busy host ({reason})")
 
 
