@@ -386,6 +386,38 @@ def test_bf16_dot_path_takes_vdpbf16ps_where_the_cpu_has_it(linear_kernel_dir: P
     assert differs, "VDPBF16PS and FMA dot products were bit-equal everywhere: the pair loop did not run"
 
 
+# the VDPBF16PS tiled path's M (from LINEAR_DP_MIN_ROWS = 16): a strip and its tail of rows, strips
+# split between threads (300 rows, three panels), K with a tail of a 32-wide step and an odd K, N
+# narrower than a panel and with a partial last panel
+_DP_SHAPES = ((16, 64, 4096 + 13), (33, 130, 4096 + 13), (300, 70, 77), (100, 96, 301))
+
+
+def test_bf16_tiled_dp_path_runs_where_the_cpu_has_avx512bf16(linear_kernel_dir: Path, tmp_path: Path):
+    """bf16 from M = 16 on the avx512 tier of a CPU with AVX512-BF16 and no AMX (or AMX masked
+    off, so this also runs on an AMX CPU): the VDPBF16PS tiled path. With KERNEL_CPU_MASK also
+    listing avx512bf16 the FMA paths run instead. Both within the fp32-sum bound on continuous
+    data; the tiled path gives the same bits from the plain and the packed weight (both are
+    converted to the same k-pair blocks), and other bits than the FMA paths, so it did run."""
+    from kernel_harness.cpu import cpu_flags
+
+    if not has_isa("avx512"):
+        pytest.skip(skip_reason("avx512"))
+    if "avx512_bf16" not in cpu_flags():
+        pytest.skip("this CPU lacks avx512_bf16: the VDPBF16PS tiled path cannot run (the FMA paths run there, "
+                    "tested by the exact-input tests)")
+    results = run_probe(linear_kernel_dir, tmp_path, _DP_SHAPES, ("amx", "amx,avx512bf16"))
+    assert results["amx"]["tier_1024"] == "avx512", "bf16 without AMX stays on the avx512 tier at M = 1024"
+    differs = False
+    for shape, (x, w, b, plain, packed) in results["amx"]["out"].items():
+        fma_plain, fma_packed = results["amx,avx512bf16"]["out"][shape][3:]
+        for got, what in ((plain, "dp plain"), (packed, "dp packed"), (fma_plain, "fma plain"),
+                          (fma_packed, "fma packed")):
+            assert_within_fp32_sum_bound(x, w, b, got, f"{what} {shape}")
+        assert torch.equal(plain, packed), f"{shape}: the tiled dp path must not depend on the weight's layout"
+        differs |= not torch.equal(plain, fma_plain)
+    assert differs, "VDPBF16PS tiles and FMA results were bit-equal everywhere: the tiled dp path did not run"
+
+
 def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_kernel_dir: Path, tmp_path: Path):
     """bf16 on the avx512 tier, with AMX and with KERNEL_CPU_MASK=amx (the FMA paths), each in a
     fresh process (the unit reads the mask once): both within the fp32-sum bound of float64 on
