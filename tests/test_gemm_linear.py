@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from fixtures_kernels import GEMM_PACKAGE
-from kernel_harness.cpu import has_isa, skip_reason
+from kernel_harness.cpu import cpu_flags, has_isa, skip_reason
 from kernel_harness.paths import SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
 
@@ -192,7 +192,8 @@ def test_bad_inputs_are_refused_with_clear_messages(kernel):
 
 def test_dispatch_picks_the_best_tier_at_every_listed_m(kernel, monkeypatch):
     """The dispatcher's rule for linear (see README): bf16 runs the best tier this CPU has at
-    every M, except from M = 160 with the plain weight on a CPU with AMX (oneDNN's AMX GEMM);
+    every M, except from M = 160 with the plain weight on a CPU with AMX (oneDNN's AMX GEMM) and
+    from M = 16 to 31 with the plain weight on an AVX512-BF16 CPU without AMX (oneDNN's VDPBF16PS GEMM);
     fp32 from M = 32 (and M x K >= 32768) runs the generic tier, MKL's GEMM
     (M = 128 on an Ice Lake: 19.7 ms against the avx512 tier's 27.2 and the avx2 tier's 44.1),
     unless KERNEL_CPU_ISA forces a tier."""
@@ -200,10 +201,13 @@ def test_dispatch_picks_the_best_tier_at_every_listed_m(kernel, monkeypatch):
     monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
     best = kernel.available_tiers()[-1]
     amx = best == "avx512" and has_isa("amx")
-    for m in (1, 4, 16, 128, 1024):
+    dp = best == "avx512" and not amx and "avx512_bf16" in cpu_flags()
+    for m in (1, 4, 15, 16, 31, 32, 128, 1024):
         x, w = torch.empty(m, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
-        # with AMX, oneDNN's AMX GEMM from 160 rows (plain weight); a packed weight stays ours
-        assert kernel.dispatch_tier("linear", x, w) == ("generic" if amx and m >= 160 else best), m
+        # with AMX, oneDNN's AMX GEMM from 160 rows (plain weight); with AVX512-BF16 and no AMX,
+        # oneDNN from 16 to 31 rows; a packed weight stays ours
+        library = (amx and m >= 160) or (dp and 16 <= m < 32)
+        assert kernel.dispatch_tier("linear", x, w) == ("generic" if library else best), m
         assert kernel.dispatch_tier("linear", x, kernel.prepack(w)) == best, m
         expected = "generic" if m >= 32 else best
         assert kernel.dispatch_tier("linear", x.float(), w.float()) == expected, m
@@ -295,7 +299,6 @@ def test_avx512_unit_fp32_and_fp16_paths_run_on_an_avx512f_cpu(linear_kernel_dir
     Outside torch, on exact data: tails, panels, M below MR, both weight
     layouts, wherever the CPU has AVX512 F/BW/VL/DQ (with or without AVX512-BF16).
     """
-    from kernel_harness.cpu import cpu_flags
 
     needed = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
     if not needed <= cpu_flags():
@@ -370,7 +373,6 @@ def test_bf16_dot_path_takes_vdpbf16ps_where_the_cpu_has_it(linear_kernel_dir: P
     VDPBF16PS, with KERNEL_CPU_MASK=avx512bf16 it widens and uses FMAs. Both within the fp32-sum
     bound on continuous data, K tails included; their bits differ (another summation order), so
     the VDPBF16PS loop did run."""
-    from kernel_harness.cpu import cpu_flags
 
     if not has_isa("avx512"):
         pytest.skip(skip_reason("avx512"))
@@ -386,10 +388,10 @@ def test_bf16_dot_path_takes_vdpbf16ps_where_the_cpu_has_it(linear_kernel_dir: P
     assert differs, "VDPBF16PS and FMA dot products were bit-equal everywhere: the pair loop did not run"
 
 
-# the VDPBF16PS tiled path's M (from LINEAR_DP_MIN_ROWS = 16): a strip and its tail of rows, strips
-# split between threads (300 rows, three panels), K with a tail of a 32-wide step and an odd K, N
-# narrower than a panel and with a partial last panel
-_DP_SHAPES = ((16, 64, 4096 + 13), (33, 130, 4096 + 13), (300, 70, 77), (100, 96, 301))
+# the VDPBF16PS tiled path's M (from 32 rows with the plain weight: 16 to 31 run oneDNN there): strips
+# and a tail of rows, strips split between threads (300 rows, three panels), K with a tail of a
+# 32-wide step and an odd K, N narrower than a panel and with a partial last panel
+_DP_SHAPES = ((40, 64, 4096 + 13), (33, 130, 4096 + 13), (300, 70, 77), (100, 96, 301))
 
 
 def test_bf16_tiled_dp_path_runs_where_the_cpu_has_avx512bf16(linear_kernel_dir: Path, tmp_path: Path):
@@ -398,7 +400,6 @@ def test_bf16_tiled_dp_path_runs_where_the_cpu_has_avx512bf16(linear_kernel_dir:
     listing avx512bf16 the FMA paths run instead. Both within the fp32-sum bound on continuous
     data; the tiled path gives the same bits from the plain and the packed weight (both are
     converted to the same k-pair blocks), and other bits than the FMA paths, so it did run."""
-    from kernel_harness.cpu import cpu_flags
 
     if not has_isa("avx512"):
         pytest.skip(skip_reason("avx512"))
