@@ -368,6 +368,21 @@ def assert_within_fp32_sum_bound(x, w, b, got, what: str) -> None:
         f"{what}: worst error {err.max()}")
 
 
+def assert_tiled_path_ran(results: dict, path_mask: str, fma_mask: str, path: str) -> None:
+    """A tiled bf16 path (run under KERNEL_CPU_MASK=path_mask) against the FMA paths (fma_mask):
+    every output within the fp32-sum bound, the path's bits the same from the plain and the packed
+    weight (both are converted to the same blocks), and other bits than the FMA paths', so it ran."""
+    differs = False
+    for shape, (x, w, b, plain, packed) in results[path_mask]["out"].items():
+        fma_plain, fma_packed = results[fma_mask]["out"][shape][3:]
+        for got, what in ((plain, f"{path} plain"), (packed, f"{path} packed"), (fma_plain, "fma plain"),
+                          (fma_packed, "fma packed")):
+            assert_within_fp32_sum_bound(x, w, b, got, f"{what} {shape}")
+        assert torch.equal(plain, packed), f"{shape}: the {path} path must not depend on the weight's layout"
+        differs |= not torch.equal(plain, fma_plain)
+    assert differs, f"{path} and FMA results were bit-equal everywhere: the {path} path did not run"
+
+
 def test_bf16_dot_path_takes_vdpbf16ps_where_the_cpu_has_it(linear_kernel_dir: Path, tmp_path: Path):
     """bf16 decode sizes on the avx512 tier: with AVX512-BF16 the dot path sums element pairs by
     VDPBF16PS, with KERNEL_CPU_MASK=avx512bf16 it widens and uses FMAs. Both within the fp32-sum
@@ -408,15 +423,7 @@ def test_bf16_tiled_dp_path_runs_where_the_cpu_has_avx512bf16(linear_kernel_dir:
                     "tested by the exact-input tests)")
     results = run_probe(linear_kernel_dir, tmp_path, _DP_SHAPES, ("amx", "amx,avx512bf16"))
     assert results["amx"]["tier_1024"] == "avx512", "bf16 without AMX stays on the avx512 tier at M = 1024"
-    differs = False
-    for shape, (x, w, b, plain, packed) in results["amx"]["out"].items():
-        fma_plain, fma_packed = results["amx,avx512bf16"]["out"][shape][3:]
-        for got, what in ((plain, "dp plain"), (packed, "dp packed"), (fma_plain, "fma plain"),
-                          (fma_packed, "fma packed")):
-            assert_within_fp32_sum_bound(x, w, b, got, f"{what} {shape}")
-        assert torch.equal(plain, packed), f"{shape}: the tiled dp path must not depend on the weight's layout"
-        differs |= not torch.equal(plain, fma_plain)
-    assert differs, "VDPBF16PS tiles and FMA results were bit-equal everywhere: the tiled dp path did not run"
+    assert_tiled_path_ran(results, "amx", "amx,avx512bf16", "VDPBF16PS tiled")
 
 
 def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_kernel_dir: Path, tmp_path: Path):
@@ -430,12 +437,4 @@ def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_ke
         pytest.skip(skip_reason("avx512"))
     results = run_probe(linear_kernel_dir, tmp_path, _AMX_SHAPES, ("", "amx"))
     assert results[""]["tier_1024"] == "generic" and results["amx"]["tier_1024"] == "avx512"
-    differs = False
-    for shape, (x, w, b, plain, packed) in results[""]["out"].items():
-        fma_plain, fma_packed = results["amx"]["out"][shape][3:]
-        for got, what in ((plain, "amx plain"), (packed, "amx packed"), (fma_plain, "fma plain"),
-                          (fma_packed, "fma packed")):
-            assert_within_fp32_sum_bound(x, w, b, got, f"{what} {shape}")
-        assert torch.equal(plain, packed), f"{shape}: the AMX path must not depend on the weight's layout"
-        differs |= not torch.equal(plain, fma_plain)
-    assert differs, "AMX and FMA results were bit-equal everywhere: the AMX path did not run"
+    assert_tiled_path_ran(results, "", "amx", "AMX")
