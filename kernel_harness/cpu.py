@@ -71,6 +71,18 @@ def cpu_model() -> str:
     return match.group(1).strip() if match else "unknown CPU"
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_vendor() -> str:
+    """CPUID's vendor string from ``/proc/cpuinfo`` ("GenuineIntel", "AuthenticAMD"; "" when
+    unknown): some library rules hold on one vendor only (MKL's GEMMs are fast on Intel)."""
+    try:
+        text = CPUINFO_PATH.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    match = re.search(r"^vendor_id\s*:\s*(.*)$", text, re.MULTILINE)
+    return match.group(1).strip() if match else ""
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's ISA flags (lower case, as ``/proc/cpuinfo`` spells them)."""
     override = os.environ.get(FLAGS_ENV_VAR)

@@ -130,7 +130,8 @@ def test_an_ops_library_rule_reaches_the_dispatcher(tmp_path):
     rule is generated into library_wins, and the bridge passes the dtype."""
     d = make(tmp_path, ["linear", "rms_norm"])
     text = (d / "my_kernel_cpu/my_kernel_cpu.cpp").read_text()
-    assert 'if (op == "linear" && dt == DType::F32 && rows >= 32 && rows * cols >= 32768) return true;' in text
+    assert ('if (op == "linear" && dt == DType::F32 && rows >= 32 && rows * cols >= 32768 && mkl_is_fast()) '
+            'return true;') in text
     assert "library_wins(op, dt, rows, cols)" in text
     bridge = "".join(p.read_text() for p in (d / "my_kernel_cpu").glob("*.cpp"))
     assert 'pick_tier("linear", m, k, my_kernel_cpu::dtype_of(x))' in bridge

@@ -55,11 +55,14 @@ def avx512_flags(kind: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class LibraryRule:
     """In ``dtype``, from ``min_rows`` rows and ``min_elements`` elements of the first
-    input (rows x cols, the sizes pick_tier sees), the library call wins."""
+    input (rows x cols, the sizes pick_tier sees), the library call wins; with
+    ``intel_only``, only on Intel CPUs (the rule rests on MKL, whose fast kernels run
+    there: on a Zen 5 EPYC the SIMD tiers beat ATen's fp32 GEMM at every M measured)."""
 
     dtype: str
     min_rows: int
     min_elements: int
+    intel_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ CATALOGUE: dict[str, OpSpec] = {
         # 224.75 plain, 149.64 packed, F.linear 580.27). A prepacked weight stays ours at every
         # M: the generic tier unpacks it per call (fp32 M = 32 36.93 against avx512's 7.17)
         OpSpec("linear", "gemm", "linear(x, weight, bias=None, out=None); prepack(weight)", "linear.op", 1,
-               library_rules=(LibraryRule("fp32", 32, 32768),), dispatch_query=True),
+               library_rules=(LibraryRule("fp32", 32, 32768, intel_only=True),), dispatch_query=True),
         OpSpec(
             "linear_int8",
             "gemm",

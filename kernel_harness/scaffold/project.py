@@ -198,7 +198,7 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
     )
     library_rules = "".join(
         f'  if (op == "{spec.name}" && dt == {DTYPE_ENUM[rule.dtype]} && rows >= {rule.min_rows} && '
-        f'rows * cols >= {rule.min_elements}) return true;\n'
+        f'rows * cols >= {rule.min_elements}{" && mkl_is_fast()" if rule.intel_only else ""}) return true;\n'
         for spec in specs for rule in spec.library_rules
     )
     avx2_rules = "".join(
