@@ -197,8 +197,10 @@ class Request:
     timeout: float = DEFAULT_TIMEOUT_S
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(model: CpuModel) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+    if model.openblas_core:  # see CpuModel.openblas_core
+        env["OPENBLAS_CORETYPE"] = model.openblas_core
     # the child must import *this* kernel_harness (the venv may hold another checkout)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
     env["OMP_NUM_THREADS"] = "1"  # threads only multiply the emulation's cost
@@ -222,7 +224,7 @@ def emulate(model: CpuModel, request: Request, expected_tiers: list[str] | None,
                    "progress_path": str(work / "progress.log")}
         (work / "request.json").write_text(json.dumps(payload), encoding="utf-8")
         argv = [sys.executable, "-m", "kernel_harness.portability.child", str(work / "request.json")]
-        run.outcome = run_emulated(model, argv, timeout=request.timeout, env=_child_env(),
+        run.outcome = run_emulated(model, argv, timeout=request.timeout, env=_child_env(model),
                                    cwd=work, qemu=qemu)
         run.progress = _read(work / "progress.log")
         if (work / "result.json").is_file():

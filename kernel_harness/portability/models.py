@@ -30,6 +30,11 @@ class CpuModel:
     tiers: tuple[str, ...]  # dispatcher tiers this CPU can run, slowest first
     torch_capability: str
     description: str
+    # OpenBLAS's core type for this CPU (OPENBLAS_CORETYPE): numpy's bundled OpenBLAS
+    # picks its kernels at import, and under qemu-user on a Zen 5 host it chose
+    # "Haswell" for an emulated Nehalem and died of SIGILL inside `import numpy`,
+    # before the package was loaded at all; the emulated run names the core instead.
+    openblas_core: str = ""
 
     @property
     def label(self) -> str:
@@ -39,9 +44,9 @@ class CpuModel:
 
 MODELS: dict[str, CpuModel] = {
     "haswell": CpuModel("haswell", "Haswell", ("generic", "avx2"), "AVX2",
-                        "Intel Haswell: AVX2, FMA, F16C, no AVX512"),
+                        "Intel Haswell: AVX2, FMA, F16C, no AVX512", openblas_core="Haswell"),
     "nehalem": CpuModel("nehalem", "Nehalem", ("generic",), "DEFAULT",
-                        "Intel Nehalem: SSE4.2, no AVX"),
+                        "Intel Nehalem: SSE4.2, no AVX", openblas_core="Nehalem"),
 }
 
 #: Why no emulated model can run the AVX512 tier (said in the evidence).
