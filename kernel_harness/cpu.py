@@ -60,27 +60,27 @@ def _detected_flags() -> frozenset[str]:
         return frozenset()
 
 
-@functools.lru_cache(maxsize=1)
-def cpu_model() -> str:
-    """The CPU's model name from ``/proc/cpuinfo`` ("unknown CPU" when it cannot be read)."""
+def _cpuinfo_field(name: str) -> str | None:
+    """The first ``name : value`` of ``/proc/cpuinfo`` (None when absent or unreadable)."""
     try:
         text = CPUINFO_PATH.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return "unknown CPU"
-    match = re.search(r"^model name\s*:\s*(.*)$", text, re.MULTILINE)
-    return match.group(1).strip() if match else "unknown CPU"
+        return None
+    match = re.search(rf"^{re.escape(name)}\s*:\s*(.*)$", text, re.MULTILINE)
+    return match.group(1).strip() if match else None
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` ("unknown CPU" when it cannot be read)."""
+    return _cpuinfo_field("model name") or "unknown CPU"
 
 
 @functools.lru_cache(maxsize=1)
 def cpu_vendor() -> str:
     """CPUID's vendor string from ``/proc/cpuinfo`` ("GenuineIntel", "AuthenticAMD"; "" when
     unknown): some library rules hold on one vendor only (MKL's GEMMs are fast on Intel)."""
-    try:
-        text = CPUINFO_PATH.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    match = re.search(r"^vendor_id\s*:\s*(.*)$", text, re.MULTILINE)
-    return match.group(1).strip() if match else ""
+    return _cpuinfo_field("vendor_id") or ""
 
 
 def cpu_flags() -> frozenset[str]:
