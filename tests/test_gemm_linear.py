@@ -143,6 +143,26 @@ def test_leading_dims_out_and_fp16(kernel, force_tier, tier):
     assert torch.equal(out, ref)
 
 
+@pytest.mark.parametrize("tier", ("avx2", "avx512"))
+def test_plain_weight_takes_the_tiled_path_from_32_rows(kernel, force_tier, tier):
+    """fp32 on continuous data: from M = 32 (LINEAR_TILE_MIN_ROWS) a plain weight's panels are
+    copied into the packed layout and run the packed weight's tiles, so the two layouts give the
+    same bits; at M = 31 the plain weight runs the dot path, whose lane partial sums add in another
+    order, so some bits differ (that is how the test sees which path ran). All within the bound."""
+    force_tier(tier)
+    gen = torch.Generator().manual_seed(5)
+    n, k = 70, 1000
+    w = torch.randn(n, k, generator=gen)
+    packed = kernel.prepack(w)
+    for m, tiled in ((31, False), (32, True), (45, True)):
+        x = torch.randn(m, k, generator=gen)
+        plain, from_packed = kernel.linear(x, w), kernel.linear(x, packed)
+        assert torch.equal(plain, from_packed) == tiled, f"{tier} M={m}: the plain weight ran the wrong path"
+        exact = F.linear(x.double(), w.double())
+        bound = k * 2.0**-23 * F.linear(x.double().abs(), w.double().abs())
+        assert bool(((plain.double() - exact).abs() <= bound).all()), f"{tier} M={m}"
+
+
 def test_empty_dimensions_follow_f_linear(kernel):
     """K = 0: the bias alone (or zeros); M = 0 or N = 0: an empty result."""
     w = torch.empty(5, 0)
