@@ -366,11 +366,17 @@ def measure_peaks(
     return peaks
 
 
+def last_level_cache_bytes(facts: CpuFacts | None = None) -> int:
+    """The largest data or unified cache (32 MiB when the kernel does not say)."""
+    facts = facts or read_cpu_facts()
+    return max((c.size_bytes for c in facts.caches if c.type != "Instruction"), default=32 * 1024**2)
+
+
 def measure_bandwidth(facts: CpuFacts, *, quick: bool) -> Bandwidth:
     """Best-of-N torch timings of read, copy into a preallocated buffer and copy into a fresh one."""
     import torch  # imported here: reading the cached profile must not need torch
 
-    llc = max((c.size_bytes for c in facts.caches if c.type != "Instruction"), default=32 * 1024**2)
+    llc = last_level_cache_bytes(facts)
     if quick:
         nbytes = 64 * 1024**2
     else:

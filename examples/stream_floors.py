@@ -1,0 +1,161 @@
+"""The bandwidth-bound GEMM/attention calls timed beside their streaming floor, in one run.
+
+    python examples/stream_floors.py <kernel dir> [--cases linear,linear_int8,decode_attention]
+        [--rounds 15] [--calls 4] [--json FILE]
+
+Issue 21 asks the decode-sized calls to stay within a factor of the time it
+takes to stream their data from memory: linear M = 1 and 4 (bf16 and fp32,
+N = K = 4096: at most 1.25x the weight's bytes), linear_int8 M = 1 (1.3x the
+int8 weight) and decode attention bf16 B = 1 and 8 (H = 32, S = 2048, D = 128:
+1.3x the KV cache). The probe's read bandwidth drifts too far on a shared VM
+to divide by (kernel_harness/bench/stream_floor.py), so here each call is
+timed in the same interleaved rounds as a streaming read of the same number
+of bytes, each side rotating through copies of its data three last-level
+caches deep, and the ratio comes with its bootstrap interval. A target counts
+as met or not met only when the whole interval lies on one side of it.
+The kernel directory must hold the ops it is asked for (the GEMM package
+`new_kernel.py --op linear,linear_int8,decode_attention` generates holds all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+N = K = 4096
+HEADS, SEQ, HEAD_DIM = 32, 2048, 128
+# (case, target ratio to the floor)
+TARGETS = {"linear": 1.25, "linear_int8": 1.3, "decode_attention": 1.3}
+
+
+def _copies(nbytes: int, llc: int) -> int:
+    from kernel_harness.bench.stream_floor import copies_for
+
+    return copies_for(nbytes, llc)
+
+
+def linear_cases(kernel, llc: int) -> list:
+    from kernel_harness.bench.stream_floor import FloorCase
+
+    cases = []
+    for dtype, label in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+        nbytes = N * K * dtype.itemsize
+        weights = [(torch.randn(N, K) / K**0.5).to(dtype) for _ in range(_copies(nbytes, llc))]
+        bias = torch.randn(N).to(dtype)
+        for m in (1, 4):
+            x = torch.randn(m, K).to(dtype)
+            calls = [lambda w=w, x=x, b=bias: kernel.linear(x, w, b) for w in weights]
+            cases.append((FloorCase(f"linear {label} M={m}", nbytes, calls), "linear"))
+    return cases
+
+
+def linear_int8_cases(kernel, llc: int) -> list:
+    from kernel_harness.bench.stream_floor import FloorCase
+
+    nbytes = N * K
+    weights = [torch.randint(-127, 128, (N, K), dtype=torch.int8) for _ in range(_copies(nbytes, llc))]
+    scales = (0.02 / 127) * (1.0 + 0.1 * torch.rand(N))
+    x = torch.randn(1, K).bfloat16()
+    calls = [lambda w=w: kernel.linear_int8(x, w, scales, None) for w in weights]
+    return [(FloorCase("linear_int8 bf16 M=1", nbytes, calls), "linear_int8")]
+
+
+def decode_cases(kernel, llc: int) -> list:
+    from kernel_harness.bench.stream_floor import FloorCase
+
+    cases = []
+    for batch in (1, 8):
+        nbytes = 2 * batch * HEADS * SEQ * HEAD_DIM * 2  # K and V, bf16
+        caches = [(torch.randn(batch, HEADS, SEQ, HEAD_DIM).bfloat16(), torch.randn(batch, HEADS, SEQ, HEAD_DIM).bfloat16())
+                  for _ in range(_copies(nbytes, llc))]
+        q = torch.randn(batch, HEADS, HEAD_DIM).bfloat16()
+        scale = HEAD_DIM**-0.5
+        calls = [lambda kv=kv, q=q: kernel.decode_attention(q, kv[0], kv[1], scale) for kv in caches]
+        cases.append((FloorCase(f"decode_attention bf16 B={batch}", nbytes, calls), "decode_attention"))
+    return cases
+
+
+BUILDERS: dict[str, Callable] = {"linear": linear_cases, "linear_int8": linear_int8_cases,
+                                 "decode_attention": decode_cases}
+
+
+def _usage(message: str) -> int:
+    print(f"stream_floors.py: {message}", file=sys.stderr)
+    return 2
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("kernel_dir", type=Path)
+    p.add_argument("--cases", default=",".join(BUILDERS))
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--calls", type=int, default=4, help="calls per side per round")
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    names = [c for c in args.cases.split(",") if c]
+    unknown = [c for c in names if c not in BUILDERS]
+    if unknown:
+        return _usage(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(BUILDERS)}.")
+    if args.rounds < 3 or args.calls < 1:
+        return _usage(f"--rounds {args.rounds} / --calls {args.calls}: need at least 3 rounds (for an interval) "
+                      "and 1 call per round.")
+    if not (args.kernel_dir / "build").is_dir():
+        return _usage(f"{args.kernel_dir} has no build/ directory: build it first "
+                      f"(python scripts/build_kernel.py --dir {args.kernel_dir}).")
+    import kernels
+    from rich.console import Console
+    from rich.table import Table
+
+    from kernel_harness.bench.stream_floor import run_cases
+    from kernel_harness.machine import last_level_cache_bytes
+
+    try:
+        kernel = kernels.get_local_kernel(args.kernel_dir)
+    except Exception as exc:  # noqa: BLE001 - any load failure is reported the same way
+        print(f"stream_floors.py: could not load the kernel in {args.kernel_dir}: {exc}", file=sys.stderr)
+        return 3
+    missing = [c for c in names if not hasattr(kernel, c)]
+    if missing:
+        return _usage(f"{args.kernel_dir} has no op {', '.join(missing)}; pass --cases with the ops it holds.")
+    llc = last_level_cache_bytes()
+    console = Console(width=None if sys.stdout.isatty() else 140)  # a log file gets the whole table
+    cases = [case for name in names for case in BUILDERS[name](kernel, llc)]
+    current = []
+
+    def progress(name: str) -> None:
+        current.append(name)
+        console.log(f"timing {name} beside its floor")
+
+    try:
+        run = run_cases([c for c, _ in cases], llc, rounds=args.rounds, calls_per_round=args.calls,
+                        progress=progress)
+    except RuntimeError as exc:  # the op refused its inputs or failed: nothing was recorded yet
+        print(f"stream_floors.py: the kernel in {args.kernel_dir} failed on {current[-1] if current else 'a call'}: "
+              f"{exc}", file=sys.stderr)
+        return 3
+    c = run.conditions
+    table = Table(title=f"{c['cpu']}, {c['threads']} threads, not pinned, load {c['load_before']} -> "
+                        f"{c['load_after']}, steal {c['steal_fraction']}, OMP_WAIT_POLICY {c['omp_wait_policy']}")
+    for column in ("call", "MB", "kernel ms", "floor ms (GB/s)", "kernel / floor (95 % CI)", "target", "verdict"):
+        table.add_column(column, no_wrap=True)
+    rows = []
+    for (case, op), result in zip(cases, run.results, strict=True):
+        target = TARGETS[op]
+        ci = "" if result.ci_low is None else f" ({result.ci_low:.2f}-{result.ci_high:.2f})"
+        table.add_row(case.name, f"{case.nbytes / 1e6:.1f}", f"{result.kernel_us / 1e3:.3f}",
+                      f"{result.floor_us / 1e3:.3f} ({result.floor_gbs:.1f})", f"{result.ratio:.2f}{ci}",
+                      f"<= {target}", result.verdict(target))
+        rows.append({**result.as_json(), "target": target, "verdict": result.verdict(target)})
+    console.print(table)
+    if args.json:
+        args.json.write_text(json.dumps({"conditions": run.conditions, "results": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""A streaming floor timed beside the kernel, instead of taken from the probe.
+
+Issue 21's bandwidth targets ("at most 1.3x the weight-streaming floor") were
+first judged against ``bytes / the machine probe's read bandwidth``. On the
+shared 2-vCPU VMs that bandwidth is not a constant: five probes of one Zen 5
+EPYC within the same hour read 37.5, 40.2, 44.9, 47.2 and 69.0 GB/s, so one
+kernel timing sat anywhere from 1.0x to 1.8x "the floor" depending on which
+probe it was divided by. A ratio measured side by side does not have that
+problem: the floor here is a streaming read of the same number of bytes (the
+probe's own method, a torch ``sum`` over fp32 buffers), timed in the same
+rounds as the kernel, alternating which goes first, each call on its own copy
+of its data so that both stream from memory rather than the last-level
+cache. The ratio's interval is the paired-round bootstrap of :mod:`.stats`,
+so a verdict against a target (``ratio <= 1.3``) is only claimed when the
+whole interval is on one side of it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import stats
+from .conditions import cpu_times, load_average
+
+#: Bytes of inputs in rotation per side, as a multiple of the last-level cache:
+#: with three caches' worth, no call finds its data still cached from the last
+#: time its copy was used.
+ROTATION_LLC_MULTIPLE = 3
+
+
+@dataclass(frozen=True)
+class FloorCase:
+    """One op call that must stream ``nbytes`` from memory; ``calls[i]`` runs it on copy i of its inputs."""
+
+    name: str
+    nbytes: int
+    calls: Sequence[Callable[[], object]]
+
+
+@dataclass(frozen=True)
+class FloorResult:
+    """The kernel's median time over the floor's, measured in the same rounds."""
+
+    name: str
+    nbytes: int
+    kernel_us: float
+    floor_us: float
+    ratio: float  # kernel_us / floor_us
+    ci_low: float | None
+    ci_high: float | None
+    rounds: int
+    calls_per_round: int
+
+    @property
+    def floor_gbs(self) -> float:
+        return self.nbytes / (self.floor_us * 1e3)
+
+    @property
+    def kernel_gbs(self) -> float:
+        return self.nbytes / (self.kernel_us * 1e3)
+
+    def verdict(self, target: float) -> str:
+        """'met' / 'not met' only when the whole interval lies on one side of the target,
+        'undecided' when it contains the target (or there are too few rounds for one)."""
+        if self.ci_low is None or self.ci_high is None:
+            return "undecided"
+        if self.ci_high <= target:
+            return "met"
+        if self.ci_low > target:
+            return "not met"
+        return "undecided"
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "floor_gbs": round(self.floor_gbs, 2), "kernel_gbs": round(self.kernel_gbs, 2)}
+
+
+def copies_for(nbytes: int, llc_bytes: int) -> int:
+    """How many copies of ``nbytes`` of inputs a side rotates through (at least two)."""
+    return max(2, math.ceil(ROTATION_LLC_MULTIPLE * llc_bytes / max(nbytes, 1)))
+
+
+def read_calls(nbytes: int, copies: int) -> list[Callable[[], object]]:
+    """The floor: ``copies`` fp32 buffers of ``nbytes`` each, one streaming sum per call."""
+    import torch
+
+    buffers = [torch.ones(max(nbytes // 4, 1), dtype=torch.float32) for _ in range(copies)]
+    return [buffer.sum for buffer in buffers]
+
+
+def _round(calls: Sequence[Callable[[], object]], start: int, count: int,
+           clock: Callable[[], int]) -> list[int]:
+    times = []
+    for i in range(count):
+        call = calls[(start + i) % len(calls)]
+        t0 = clock()
+        call()
+        times.append(clock() - t0)
+    return times
+
+
+def time_case(case: FloorCase, floor_calls: Sequence[Callable[[], object]], *, rounds: int,
+              calls_per_round: int, seed: int = 0, clock: Callable[[], int] = time.perf_counter_ns) -> FloorResult:
+    """Alternate rounds of the kernel's calls and the floor's (first kernel, then floor first,
+    and so on: a slow phase of the machine hits both), one warm-up call each first."""
+    if rounds < 1 or calls_per_round < 1:
+        raise ValueError(f"rounds ({rounds}) and calls_per_round ({calls_per_round}) must be at least 1")
+    kernel, floor = stats.Measurement("kernel"), stats.Measurement("floor")
+    case.calls[0]()
+    floor_calls[0]()
+    for r in range(rounds):
+        start = r * calls_per_round
+        sides = [(kernel, case.calls), (floor, floor_calls)]
+        for measurement, calls in sides if r % 2 == 0 else reversed(sides):
+            measurement.add_round(_round(calls, start, calls_per_round, clock))
+    ratio = stats.speedup(kernel, floor, seed=seed)  # "baseline" kernel over "kernel" floor: kernel / floor
+    return FloorResult(case.name, case.nbytes, kernel.median_us, floor.median_us, ratio.value, ratio.ci_low,
+                       ratio.ci_high, rounds, calls_per_round)
+
+
+@dataclass(frozen=True)
+class FloorRun:
+    """Every case of one run, with the conditions they were measured under."""
+
+    results: list[FloorResult]
+    conditions: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"conditions": self.conditions, "results": [r.as_json() for r in self.results]}
+
+
+def _steal_since(start: tuple[int, int] | None) -> float | None:
+    end = cpu_times()
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return round((end[0] - start[0]) / (end[1] - start[1]), 4)
+
+
+def run_cases(cases: Sequence[FloorCase], llc_bytes: int, *, rounds: int, calls_per_round: int,
+              progress: Callable[[str], None] | None = None) -> FloorRun:
+    """Time each case against a floor of its own size. The conditions: the CPU, threads, the
+    wait policy, the load average before and after, and the hypervisor's steal over the run
+    (read from /proc/stat at both ends: no sampler thread competes with the timed calls)."""
+    import torch
+
+    from ..cpu import cpu_model
+
+    load_before, steal_start = load_average(), cpu_times()
+    results = []
+    for case in cases:
+        if progress:
+            progress(case.name)
+        floors = read_calls(case.nbytes, copies_for(case.nbytes, llc_bytes))
+        results.append(time_case(case, floors, rounds=rounds, calls_per_round=calls_per_round))
+        del floors
+    conditions = {
+        "cpu": cpu_model(), "threads": torch.get_num_threads(), "pinned": False,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (libgomp spins, then sleeps)"),
+        "load_before": load_before, "load_after": load_average(), "steal_fraction": _steal_since(steal_start),
+    }
+    return FloorRun(results, conditions)

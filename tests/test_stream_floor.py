@@ -1,0 +1,126 @@
+"""The side-by-side streaming floor (kernel_harness/bench/stream_floor.py, examples/stream_floors.py).
+
+Timing is replaced by a fake clock that each call advances by a fixed amount, so
+the ratio, its interval and the verdicts are deterministic: no test here times
+anything real (performance numbers live in the README, measured by the script).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_harness.bench import stream_floor as sf
+from kernel_harness.paths import PROJECT_ROOT
+
+SCRIPT = PROJECT_ROOT / "examples" / "stream_floors.py"
+
+
+class FakeClock:
+    """perf_counter_ns stand-in: calls made through ``call(cost)`` advance it by their cost."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.log: list[str] = []
+
+    def __call__(self) -> int:
+        return self.now
+
+    def call(self, name: str, cost: int):
+        def run() -> None:
+            self.now += cost
+            self.log.append(name)
+        return run
+
+
+def _time(kernel_ns: int, floor_ns: int, rounds: int = 12, calls: int = 3):
+    clock = FakeClock()
+    case = sf.FloorCase("k", 1 << 20, [clock.call("kernel", kernel_ns)] * 2)
+    result = sf.time_case(case, [clock.call("floor", floor_ns)] * 2, rounds=rounds, calls_per_round=calls,
+                          clock=clock)
+    return result, clock
+
+
+def test_ratio_is_kernel_over_floor_with_an_interval():
+    result, _ = _time(1300, 1000)
+    assert result.ratio == pytest.approx(1.3)
+    assert result.kernel_us == pytest.approx(1.3) and result.floor_us == pytest.approx(1.0)  # 1300 and 1000 ns
+    # a constant ratio still gets the harness's reproducibility floor (+-5 %) as its interval
+    assert result.ci_low == pytest.approx(1.3 / 1.05) and result.ci_high == pytest.approx(1.3 * 1.05)
+    assert result.floor_gbs == pytest.approx((1 << 20) / 1000.0)
+
+
+def test_a_verdict_needs_the_whole_interval_on_one_side_of_the_target():
+    result, _ = _time(1300, 1000)
+    assert result.verdict(1.5) == "met"
+    assert result.verdict(1.3) == "undecided"  # the interval 1.24-1.37 contains it
+    assert result.verdict(1.2) == "not met"
+    few, _ = _time(1300, 1000, rounds=2)
+    assert few.ci_low is None and few.verdict(2.0) == "undecided"
+
+
+def test_rounds_alternate_which_side_goes_first():
+    _, clock = _time(10, 10, rounds=4, calls=2)
+    warm, timed = clock.log[:2], clock.log[2:]
+    assert warm == ["kernel", "floor"]
+    firsts = [timed[i] for i in range(0, len(timed), 4)]
+    assert firsts == ["kernel", "floor", "kernel", "floor"]
+
+
+def test_bad_rounds_are_refused():
+    clock = FakeClock()
+    case = sf.FloorCase("k", 64, [clock.call("kernel", 1)])
+    with pytest.raises(ValueError, match="rounds"):
+        sf.time_case(case, [clock.call("floor", 1)], rounds=0, calls_per_round=1, clock=clock)
+
+
+def test_copies_reach_three_last_level_caches():
+    llc = 32 << 20
+    assert sf.copies_for(16 << 20, llc) == 6
+    assert sf.copies_for(256 << 20, llc) == 2  # never fewer than two
+    calls = sf.read_calls(4096, 3)
+    assert len(calls) == 3 and float(calls[0]()) == 1024.0  # a sum over 1024 fp32 ones
+
+
+def test_json_keeps_its_keys():
+    result, _ = _time(1200, 1000)
+    data = result.as_json()
+    assert {"name", "nbytes", "kernel_us", "floor_us", "ratio", "ci_low", "ci_high", "rounds", "calls_per_round",
+            "floor_gbs", "kernel_gbs"} <= set(data)
+    json.dumps(data)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cases", "gemv"], "unknown case"),
+    (["--rounds", "2"], "at least 3 rounds"),
+])
+def test_script_refuses_bad_usage(tmp_path: Path, args: list[str], message: str):
+    (tmp_path / "build").mkdir()
+    run = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *args], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and message in run.stderr, run.stderr
+
+
+def test_script_names_an_unbuilt_directory(tmp_path: Path):
+    run = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "build_kernel.py" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_script_times_a_built_package_against_its_floor(gemm_kernel_dir: Path, tmp_path: Path):
+    """The real script on the shared GEMM package, one case, few rounds: it runs, and the JSON
+    holds a ratio with its interval and a verdict under the stated conditions (no speed asserted)."""
+    out = tmp_path / "floors.json"
+    run = subprocess.run([sys.executable, str(SCRIPT), str(gemm_kernel_dir), "--cases", "linear_int8",
+                          "--rounds", "3", "--calls", "1", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert {"cpu", "threads", "load_before", "steal_fraction", "omp_wait_policy"} <= set(data["conditions"])
+    (row,) = data["results"]
+    assert row["name"] == "linear_int8 bf16 M=1" and row["nbytes"] == 4096 * 4096
+    assert row["ratio"] > 0 and row["ci_low"] <= row["ratio"] <= row["ci_high"]
+    assert row["verdict"] in ("met", "not met", "undecided") and row["target"] == 1.3
