@@ -28,6 +28,7 @@ WRAPPERS = """
 using namespace pf_probe_cpu;
 extern "C" void probe_output(const char* p) { prefetch_output(p, 2048, 32); }
 extern "C" void probe_input(const char* p) { prefetch_input(p, 1024, 64); }
+extern "C" void probe_input_l2(const char* p, long ahead) { prefetch_input_l2(p, ahead, 64); }
 extern "C" void probe_lines(const char* p, long bytes) { prefetch_lines<0>(p, bytes); }
 extern "C" void probe_ahead_runtime(const char* p, long ahead) { prefetch_ahead<1>(p, ahead, 64); }
 // An op's own helper around them (decode_attention's da_prefetch is one): it is
@@ -58,9 +59,11 @@ def test_every_prefetch_helper_emits_a_prefetch_instruction(tmp_path: Path, leve
     assembly = subprocess.run(["g++", "-std=c++20", level, "-mavx2", "-fopenmp", "-S", "-o", "-", "probe.cpp"],
                               cwd=tmp_path, check=True, capture_output=True, text=True, timeout=120).stdout
     bodies = _function_bodies(assembly)
-    for name in ("probe_output", "probe_input", "probe_lines", "probe_ahead_runtime", "probe_op_helper"):
+    for name in ("probe_output", "probe_input", "probe_input_l2", "probe_lines", "probe_ahead_runtime",
+                 "probe_op_helper"):
         assert name in bodies, f"{name} missing from the assembly"
         assert "prefetch" in bodies[name], f"{name} at {level} holds no prefetch instruction:\n{bodies[name]}"
+    assert "prefetcht1" in bodies["probe_input_l2"], "prefetch_input_l2 must ask for L2, not L1 (prefetcht1)"
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
