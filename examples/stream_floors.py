@@ -27,25 +27,19 @@ from pathlib import Path
 
 import torch
 
+from kernel_harness.bench.stream_floor import FloorCase, copies_for, run_cases
+
 N = K = 4096
 HEADS, SEQ, HEAD_DIM = 32, 2048, 128
 # (case, target ratio to the floor)
 TARGETS = {"linear": 1.25, "linear_int8": 1.3, "decode_attention": 1.3}
 
 
-def _copies(nbytes: int, llc: int) -> int:
-    from kernel_harness.bench.stream_floor import copies_for
-
-    return copies_for(nbytes, llc)
-
-
 def linear_cases(kernel, llc: int) -> list:
-    from kernel_harness.bench.stream_floor import FloorCase
-
     cases = []
     for dtype, label in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
         nbytes = N * K * dtype.itemsize
-        weights = [(torch.randn(N, K) / K**0.5).to(dtype) for _ in range(_copies(nbytes, llc))]
+        weights = [(torch.randn(N, K) / K**0.5).to(dtype) for _ in range(copies_for(nbytes, llc))]
         bias = torch.randn(N).to(dtype)
         for m in (1, 4):
             x = torch.randn(m, K).to(dtype)
@@ -55,10 +49,8 @@ def linear_cases(kernel, llc: int) -> list:
 
 
 def linear_int8_cases(kernel, llc: int) -> list:
-    from kernel_harness.bench.stream_floor import FloorCase
-
     nbytes = N * K
-    weights = [torch.randint(-127, 128, (N, K), dtype=torch.int8) for _ in range(_copies(nbytes, llc))]
+    weights = [torch.randint(-127, 128, (N, K), dtype=torch.int8) for _ in range(copies_for(nbytes, llc))]
     scales = (0.02 / 127) * (1.0 + 0.1 * torch.rand(N))
     x = torch.randn(1, K).bfloat16()
     calls = [lambda w=w: kernel.linear_int8(x, w, scales, None) for w in weights]
@@ -66,13 +58,11 @@ def linear_int8_cases(kernel, llc: int) -> list:
 
 
 def decode_cases(kernel, llc: int) -> list:
-    from kernel_harness.bench.stream_floor import FloorCase
-
     cases = []
     for batch in (1, 8):
         nbytes = 2 * batch * HEADS * SEQ * HEAD_DIM * 2  # K and V, bf16
         caches = [(torch.randn(batch, HEADS, SEQ, HEAD_DIM).bfloat16(), torch.randn(batch, HEADS, SEQ, HEAD_DIM).bfloat16())
-                  for _ in range(_copies(nbytes, llc))]
+                  for _ in range(copies_for(nbytes, llc))]
         q = torch.randn(batch, HEADS, HEAD_DIM).bfloat16()
         scale = HEAD_DIM**-0.5
         calls = [lambda kv=kv, q=q: kernel.decode_attention(q, kv[0], kv[1], scale) for kv in caches]
@@ -111,7 +101,6 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from kernel_harness.bench.stream_floor import run_cases
     from kernel_harness.machine import last_level_cache_bytes
 
     try:
@@ -146,11 +135,12 @@ def main() -> int:
     rows = []
     for (case, op), result in zip(cases, run.results, strict=True):
         target = TARGETS[op]
+        verdict = result.verdict(target)
         ci = "" if result.ci_low is None else f" ({result.ci_low:.2f}-{result.ci_high:.2f})"
         table.add_row(case.name, f"{case.nbytes / 1e6:.1f}", f"{result.kernel_us / 1e3:.3f}",
                       f"{result.floor_us / 1e3:.3f} ({result.floor_gbs:.1f})", f"{result.ratio:.2f}{ci}",
-                      f"<= {target}", result.verdict(target))
-        rows.append({**result.as_json(), "target": target, "verdict": result.verdict(target)})
+                      f"<= {target}", verdict)
+        rows.append({**result.as_json(), "target": target, "verdict": verdict})
     console.print(table)
     if args.json:
         args.json.write_text(json.dumps({"conditions": run.conditions, "results": rows}, indent=2))

@@ -129,9 +129,6 @@ class FloorRun:
     results: list[FloorResult]
     conditions: dict[str, Any]
 
-    def as_json(self) -> dict[str, Any]:
-        return {"conditions": self.conditions, "results": [r.as_json() for r in self.results]}
-
 
 def _steal_since(start: tuple[int, int] | None) -> float | None:
     end = cpu_times()
