@@ -1,7 +1,7 @@
 """The bandwidth-bound GEMM/attention calls timed beside their streaming floor, in one run.
 
     python examples/stream_floors.py <kernel dir> [--cases linear,linear_int8,decode_attention]
-        [--rounds 15] [--calls 4] [--json FILE]
+        [--rounds 30] [--calls 4] [--json FILE]
 
 Issue 21 asks the decode-sized calls to stay within a factor of the time it
 takes to stream their data from memory: linear M = 1 and 4 (bf16 and fp32,
