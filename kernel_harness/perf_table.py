@@ -45,6 +45,29 @@ OPS = ("rms_norm", "add_rms_norm", "silu_and_mul", "gelu_and_mul", "softmax", "l
 ISA_ENV = "KERNEL_CPU_ISA"
 #: ``--tier`` values: a tier, every tier this machine runs, or the dispatcher's own choice.
 TIER_CHOICES = (*TIERS, "all", "auto")
+#: ``--eager-isa`` values: PyTorch eager at its own best ISA, or capped at AVX2.
+EAGER_ISA_CHOICES = ("native", "avx2")
+#: What caps eager at AVX2: ATen's vectorised kernels read ATEN_CPU_CAPABILITY
+#: and oneDNN reads ONEDNN_MAX_CPU_ISA, both once, at start-up.
+EAGER_AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def eager_isa_environment(env: dict[str, str], eager_isa: str) -> dict[str, str]:
+    """``env`` for a process whose PyTorch eager runs at most ``eager_isa``.
+
+    Forcing our AVX2 tier on an AVX512 CPU while eager keeps its AVX512
+    kernels compares two instruction sets, not two implementations: on an
+    AVX2-only CPU, which is what ``--tier avx2`` stands in for, eager runs its
+    AVX2 kernels too. "native" leaves eager as the environment has it.
+    """
+    if eager_isa not in EAGER_ISA_CHOICES:
+        raise ValueError(f"unknown eager ISA {eager_isa!r}; use one of {', '.join(EAGER_ISA_CHOICES)}")
+    return dict(env) if eager_isa == "native" else {**env, **EAGER_AVX2_ENV}
+
+
+def eager_capability() -> str:
+    """The instruction set PyTorch eager's vectorised kernels run in this process (AVX512, AVX2, DEFAULT)."""
+    return str(torch.backends.cpu.get_cpu_capability())
 
 
 @dataclass(frozen=True)

@@ -26,19 +26,79 @@ from rich import box
 from rich.table import Table
 
 from kernel_harness.bench.process import is_steady_malloc, with_steady_malloc
-from kernel_harness.cpu import cpu_model
+from kernel_harness.cpu import cpu_model, has_isa, missing_flags
 from kernel_harness.cli import add_json_option, console, run_main, write_json_report
 from kernel_harness.kernel_loader import load_kernel_module
-from kernel_harness.perf_table import (OPS, TIER_CHOICES, Row, build_perf_kernel, measure, rows_as_dicts, select_cases,
-                                       tier_plan)
+from kernel_harness.perf_table import (EAGER_ISA_CHOICES, OPS, TIER_CHOICES, Row, build_perf_kernel, eager_capability,
+                                       eager_isa_environment, measure, rows_as_dicts, select_cases, tier_plan)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None and not is_steady_malloc(dict(os.environ)):
-        # malloc reads its thresholds at start-up: run again with the benchmark
-        # workers' allocator settings, so PyTorch and our kernel are timed in the
-        # same steady state as scripts/benchmark_cpu.py times them
-        os.execve(sys.executable, [sys.executable, *sys.argv], with_steady_malloc(dict(os.environ)))
+    parser = _parser()
+    args = parser.parse_args(argv)
+    wanted = eager_isa_environment(with_steady_malloc(dict(os.environ)), args.eager_isa)
+    if argv is None and not (is_steady_malloc(dict(os.environ)) and wanted.items() <= os.environ.items()):
+        # malloc reads its thresholds, and ATen/oneDNN their ISA caps, at
+        # start-up: run again with the benchmark workers' allocator settings (so
+        # PyTorch and our kernel are timed in the same steady state as
+        # scripts/benchmark_cpu.py times them) and the eager ISA asked for
+        os.execve(sys.executable, [sys.executable, *sys.argv], wanted)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give at least 1 round per case (or leave it out for the time budget)")
+    if not args.seconds_per_case > 0:
+        parser.error(f"--seconds-per-case {args.seconds_per_case}: give a positive number of seconds")
+    if args.eager_isa == "avx2" and not has_isa("avx2"):
+        parser.error(f"--eager-isa avx2: this CPU ({cpu_model()}) lacks {', '.join(missing_flags('avx2'))}; "
+                     "leave it at native")
+    try:
+        cases = select_cases(None if args.ops is None else [op.strip() for op in args.ops.split(",") if op.strip()])
+    except ValueError as error:
+        parser.error(f"--ops {args.ops}: {error}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with console.status("generating and building the catalogue kernel"):
+        kernel = load_kernel_module(str(build_perf_kernel(args.kernel_dir.resolve())))
+    available = kernel.available_tiers()
+    plan = tier_plan(args.tier, available)
+    machine = cpu_model()
+    eager = eager_capability()
+    report = {"machine": machine, "threads": torch.get_num_threads(), "tier_requested": args.tier,
+              "tiers_available": available, "tiers_not_measured": plan.not_measured,
+              "eager_isa_requested": args.eager_isa, "eager_capability": eager,
+              "allocator": "steady (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, tcache off)"}
+    if not plan.measured:
+        reasons = "; ".join(f"{tier}: {reason}" for tier, reason in plan.not_measured.items())
+        console.print(f"[red]--tier {args.tier}: nothing to measure on this machine ({machine}): {reasons}. "
+                      f"It runs {', '.join(available)}: pass one of those, all, or auto.[/red]")
+        write_json_report(args.json, {**report, "load_average": os.getloadavg()[0], "rows": []})
+        return 2
+    # no vertical rules, no padding, short headers: the eight columns fit an 80-column terminal
+    table = Table(title=f"Catalogue kernels vs PyTorch eager (times in us), --tier {args.tier}", box=box.SIMPLE_HEAD,
+                  padding=(0, 0), show_edge=False,
+                  caption=f"{machine}, {torch.get_num_threads()} threads, PyTorch eager on {eager}")
+    for column in ("op dtype shape", "torch", "ours", "speedup", "95% CI", "GB/s", "/floor", "tier"):
+        first = column == "op dtype shape"
+        table.add_column(column, justify="left" if first else "right", no_wrap=first)
+    rows = []
+    for case in cases:
+        for tier in plan.measured:
+            with console.status(f"timing {case.label} ({tier})"):
+                row = measure(case, kernel, rounds=args.rounds, budget_s=args.seconds_per_case, tier=tier)
+            rows.append(row)
+            _add_row(table, row)
+    console.print(table)
+    load = os.getloadavg()[0]
+    console.print(f"machine: {machine}; tiers this machine runs (the package's answer): {', '.join(available)}")
+    console.print(f"PyTorch eager and the floor's copy ran on {eager} (--eager-isa {args.eager_isa})")
+    for tier, reason in plan.not_measured.items():
+        console.print(f"not measured: the {tier} tier ({reason})")
+    console.print(f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs; rounds per case: "
+                  + ", ".join(str(row.rounds) for row in rows))
+    write_json_report(args.json, {**report, "load_average": load, "rows": rows_as_dicts(rows)})
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--kernel-dir", type=Path,
                         default=Path.home() / ".cache" / "kernel_harness" / "perf-catalogue",
@@ -53,54 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "this machine runs, or auto: the dispatcher's own choice (default)")
     parser.add_argument("--ops", default=None,
                         help=f"comma-separated ops to time (default: all of {', '.join(OPS)})")
+    parser.add_argument("--eager-isa", choices=EAGER_ISA_CHOICES, default="native",
+                        help="the instruction set PyTorch eager (and the floor's copy) may use: native (its own "
+                             "best, the default) or avx2 (ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA), which with "
+                             "--tier avx2 stands in for an AVX2-only CPU on an AVX512 one")
     add_json_option(parser)
-    args = parser.parse_args(argv)
-    if args.rounds is not None and args.rounds < 1:
-        parser.error(f"--rounds {args.rounds}: give at least 1 round per case (or leave it out for the time budget)")
-    if not args.seconds_per_case > 0:
-        parser.error(f"--seconds-per-case {args.seconds_per_case}: give a positive number of seconds")
-    try:
-        cases = select_cases(None if args.ops is None else [op.strip() for op in args.ops.split(",") if op.strip()])
-    except ValueError as error:
-        parser.error(f"--ops {args.ops}: {error}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    with console.status("generating and building the catalogue kernel"):
-        kernel = load_kernel_module(str(build_perf_kernel(args.kernel_dir.resolve())))
-    available = kernel.available_tiers()
-    plan = tier_plan(args.tier, available)
-    machine = cpu_model()
-    report = {"machine": machine, "threads": torch.get_num_threads(), "tier_requested": args.tier,
-              "tiers_available": available, "tiers_not_measured": plan.not_measured,
-              "allocator": "steady (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, tcache off)"}
-    if not plan.measured:
-        reasons = "; ".join(f"{tier}: {reason}" for tier, reason in plan.not_measured.items())
-        console.print(f"[red]--tier {args.tier}: nothing to measure on this machine ({machine}): {reasons}. "
-                      f"It runs {', '.join(available)}: pass one of those, all, or auto.[/red]")
-        write_json_report(args.json, {**report, "load_average": os.getloadavg()[0], "rows": []})
-        return 2
-    # no vertical rules, no padding, short headers: the eight columns fit an 80-column terminal
-    table = Table(title=f"Catalogue kernels vs PyTorch eager (times in us), --tier {args.tier}", box=box.SIMPLE_HEAD,
-                  padding=(0, 0), show_edge=False, caption=f"{machine}, {torch.get_num_threads()} threads")
-    for column in ("op dtype shape", "torch", "ours", "speedup", "95% CI", "GB/s", "/floor", "tier"):
-        first = column == "op dtype shape"
-        table.add_column(column, justify="left" if first else "right", no_wrap=first)
-    rows = []
-    for case in cases:
-        for tier in plan.measured:
-            with console.status(f"timing {case.label} ({tier})"):
-                row = measure(case, kernel, rounds=args.rounds, budget_s=args.seconds_per_case, tier=tier)
-            rows.append(row)
-            _add_row(table, row)
-    console.print(table)
-    load = os.getloadavg()[0]
-    console.print(f"machine: {machine}; tiers this machine runs (the package's answer): {', '.join(available)}")
-    for tier, reason in plan.not_measured.items():
-        console.print(f"not measured: the {tier} tier ({reason})")
-    console.print(f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs; rounds per case: "
-                  + ", ".join(str(row.rounds) for row in rows))
-    write_json_report(args.json, {**report, "load_average": load, "rows": rows_as_dicts(rows)})
-    return 0
+    return parser
 
 
 def _add_row(table: Table, row: Row) -> None:

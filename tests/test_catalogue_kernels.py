@@ -379,7 +379,7 @@ def test_rms_norm_is_the_correctly_rounded_float64_result(kernel, force_tier, dt
 
     The SIMD tiers sum squares in fp32 and settle suspect lanes from an error
     interval, taking the exact sum only when a lane needs it, and the AVX512
-    tier takes bf16 roundings from its screen's addition unless the weights are
+    and AVX2 tiers take bf16 roundings from their screen's addition unless the weights are
     too large: these rows reach every branch of that (ambiguous lanes, sums
     outside the fast range, zeros, denormals, huge weights, a zero eps).
     """

@@ -114,3 +114,43 @@ def test_bench_catalogue_rejects_an_unknown_op_before_building(tmp_path):
     assert result.returncode == 2
     assert "--ops" in result.stderr and "nope" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "k").exists()
+
+
+def test_eager_isa_cap_leaves_native_alone_and_caps_aten_and_onednn_at_avx2():
+    from kernel_harness.perf_table import eager_isa_environment
+
+    base = {"PATH": "/bin", "ATEN_CPU_CAPABILITY": "avx512"}
+    assert eager_isa_environment(base, "native") == base
+    capped = eager_isa_environment(base, "avx2")
+    assert capped["ATEN_CPU_CAPABILITY"] == "avx2" and capped["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert capped["PATH"] == "/bin" and base["ATEN_CPU_CAPABILITY"] == "avx512"  # a copy, not an edit
+    with pytest.raises(ValueError, match="avx9"):
+        eager_isa_environment(base, "avx9")
+
+
+def test_the_capped_environment_runs_eager_on_avx2():
+    """What --eager-isa avx2 relies on: torch started with that environment reports AVX2 kernels."""
+    import os
+    import subprocess
+    import sys
+
+    from kernel_harness.cpu import has_isa
+    from kernel_harness.perf_table import eager_isa_environment
+
+    if not has_isa("avx2"):
+        pytest.skip("this CPU lacks AVX2")
+    env = eager_isa_environment(dict(os.environ), "avx2")
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "AVX2"
+
+
+def test_bench_catalogue_with_an_eager_cap_starts_once_and_still_checks_its_flags(tmp_path):
+    # the script runs itself again with the cap set: it must not loop, and a bad
+    # flag is still refused (exit 2) before anything is built
+    result = run_script("bench_catalogue", "--eager-isa", "avx2", "--ops", "nope", "--kernel-dir", tmp_path / "k",
+                        cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--ops" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "k").exists()
