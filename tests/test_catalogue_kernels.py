@@ -396,6 +396,36 @@ def test_rms_norm_is_the_correctly_rounded_float64_result(kernel, force_tier, dt
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_add_rms_norm_is_the_correctly_rounded_float64_result(kernel, force_tier, dtype):
+    """bf16/fp16 add_rms_norm: both outputs equal the float64 results rounded once, bit for bit, in every tier.
+
+    The same rows as rms_norm's test, each with a residual that is ordinary,
+    cancels x (h = 0) in every third element, or is tiny next to x: the
+    screened stores (prescaled, and plain under the huge weights), the
+    suspects a flagged block names, and the residual's own rounding.
+    """
+    force_tier("generic")
+    gen = torch.Generator().manual_seed(9)
+    for case, (x, eps, w_scale) in enumerate(_rms_norm_rows_that_test_the_fast_paths(dtype)):
+        cols = x.shape[-1]
+        w = ((1 + 0.1 * torch.randn(cols, generator=gen, dtype=torch.float64)) * w_scale).to(dtype)
+        r = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+        if case % 3 == 1:
+            r[:, ::3] = -x[:, ::3].double()
+        elif case % 3 == 2:
+            r *= 1e-30 if dtype == torch.bfloat16 else 1e-6
+        r = r.to(dtype)
+        h = x.double() + r.double()
+        ref = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w.double()).to(dtype)
+        for tier in [t for t in TIERS if has_isa(t)]:
+            os.environ["KERNEL_CPU_ISA"] = tier
+            where = f"{tier} {dtype} case {case} rows {tuple(x.shape)} eps {eps} weight scale {w_scale}"
+            out, res_out = kernel.add_rms_norm(x, r, w, eps)
+            assert_same_bits(out, ref, where)
+            assert_same_bits(res_out, h.to(dtype), where + " (residual)")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_silu_and_mul_edge_values_are_correctly_rounded(kernel, force_tier, dtype):
     """silu(a) * b equals the float64 result rounded once, bit for bit, on the values the fast path
     cannot round itself: silu below fp32's normal range (its table entry is NaN), NaN and inf inputs,
