@@ -423,6 +423,41 @@ def test_add_rms_norm_is_the_correctly_rounded_float64_result(kernel, force_tier
             out, res_out = kernel.add_rms_norm(x, r, w, eps)
             assert_same_bits(out, ref, where)
             assert_same_bits(res_out, h.to(dtype), where + " (residual)")
+    if dtype == torch.bfloat16:
+        # x + r overflows fp32 (not float64): the row is settled in double, finite
+        x = torch.full((2, 4096 + 13), 3.0e38, dtype=torch.float64)
+        x[1, ::2] = -3.0e38
+        x = x.to(dtype)
+        w = torch.randn(x.shape[-1], generator=gen, dtype=torch.float64).to(dtype)
+        h = x.double() + x.double()
+        ref = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()).to(dtype)
+        for tier in [t for t in TIERS if has_isa(t)]:
+            os.environ["KERNEL_CPU_ISA"] = tier
+            out, res_out = kernel.add_rms_norm(x, x, w, 1e-6)
+            assert_same_bits(out, ref, f"{tier} h overflows fp32")
+            assert_same_bits(res_out, h.to(dtype), f"{tier} h overflows fp32 (residual)")
+
+
+def test_a_nan_weight_does_not_hide_a_huge_one_from_the_prescale_check(kernel, force_tier):
+    """bf16 rms_norm and add_rms_norm store prescaled values only when every result stays finite in fp32,
+    judged by the largest |weight|: a NaN weight in the same lane after a huge one must not hide it.
+    Element 0's result overflows to inf, element 1's is NaN (w[0] and w[1] share a lane in both units)."""
+    force_tier("generic")
+    cols = 4096
+    w = torch.ones(cols, dtype=torch.float64)
+    w[0], w[1] = 3.0e38, float("nan")
+    w = w.to(torch.bfloat16)
+    x = torch.ones(2, cols, dtype=torch.float64)
+    x[:, 0] = 2.0
+    x = x.to(torch.bfloat16)
+    zero = torch.zeros_like(x)
+    xd = x.double()
+    ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()).to(torch.bfloat16)
+    assert torch.isinf(ref[:, 0]).all() and torch.isnan(ref[:, 1]).all()
+    for tier in [t for t in TIERS if has_isa(t)]:
+        os.environ["KERNEL_CPU_ISA"] = tier
+        assert_same_bits(kernel.rms_norm(x, w, 1e-6), ref, f"{tier} rms_norm")
+        assert_same_bits(kernel.add_rms_norm(x, zero, w, 1e-6)[0], ref, f"{tier} add_rms_norm")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
