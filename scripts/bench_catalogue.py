@@ -25,7 +25,7 @@ import torch
 from rich import box
 from rich.table import Table
 
-from kernel_harness.bench.process import is_steady_malloc, with_steady_malloc
+from kernel_harness.bench.process import with_steady_malloc
 from kernel_harness.cpu import cpu_model, has_isa, missing_flags
 from kernel_harness.cli import add_json_option, console, run_main, write_json_report
 from kernel_harness.kernel_loader import load_kernel_module
@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     wanted = eager_isa_environment(with_steady_malloc(dict(os.environ)), args.eager_isa)
-    if argv is None and not (is_steady_malloc(dict(os.environ)) and wanted.items() <= os.environ.items()):
+    if argv is None and not wanted.items() <= os.environ.items():
         # malloc reads its thresholds, and ATen/oneDNN their ISA caps, at
         # start-up: run again with the benchmark workers' allocator settings (so
         # PyTorch and our kernel are timed in the same steady state as
