@@ -120,6 +120,32 @@ for tier in tiers:
             same = (got == ref) | (got.isnan() & ref.isnan())
         if not bool(same.all()):
             failures.append(f"extreme rows tier={tier} dtype={dtype}: {int((~same).sum())} elements differ")
+    # Masked rows: a -inf stretch of whole vectors (the AVX2 fp32 exp returns
+    # 0 for a vector at or below -104 without computing it), a ramp through
+    # the underflow range [-104, -87] (denormal outputs), and a row in the
+    # cheap exp's range [-87, 0] but for one NaN (its sum must notice).
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        g = torch.Generator().manual_seed(13)
+        x = 3.0 * torch.randn(4, 4109, generator=g)
+        x[0, 2000:] = float("-inf")
+        x[1, :] = torch.linspace(-110.0, 0.0, 4109)
+        x[2, 1:64] = -104.5
+        x[3, 4100] = float("nan")
+        x = x.to(dtype)
+        ref = torch.softmax(x.double(), dim=-1).to(dtype)
+        got = m.softmax(x)
+        if dtype == torch.float32 and not fp32_exact:
+            # Denormal outputs: two roundings to the denormal grid (e, then e / sum).
+            same = (got.double() - ref.double()).abs() <= 1e-5 * ref.double().abs() + 3e-45
+        elif dtype == torch.float32:
+            same = (got - ref).abs() <= (torch.nextafter(ref, torch.full_like(ref, float("inf"))) - ref).abs()
+        else:
+            same = got == ref
+        same = same | (got.isnan() & ref.isnan())
+        if not bool(same.all()):
+            bad_rows = sorted({int(i) for i in (~same).nonzero()[:, 0].tolist()})
+            failures.append(f"masked rows tier={tier} dtype={dtype}: {int((~same).sum())} elements differ "
+                            f"in rows {bad_rows}")
     # Many rows: threads take runs of rows (19 rows each at 300 rows and two
     # threads, see row_run), and a bf16 row's last pass prepares the next row
     # of its run; rows that need the double path (NaN, large, all very
