@@ -17,7 +17,9 @@ with the reason. Correctness is checked two ways:
 
 from __future__ import annotations
 
+import ctypes
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +29,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fixtures_kernels import GEMM_PACKAGE
+from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit
 from kernel_harness.cpu import cpu_flags, cpu_vendor, has_isa, skip_reason
 from kernel_harness.paths import SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
@@ -184,6 +186,65 @@ def test_prepack_layout_is_the_documented_panels(kernel):
     expected = torch.cat([w[j:j + 32].t().reshape(-1) for j in range(0, 70, 32)])
     assert torch.equal(packed.reshape(-1), expected)
     assert packed.dtype == w.dtype
+
+
+# ---------------------------------------------------------------- the packed decode paths' knobs
+
+
+def _packed(w: torch.Tensor) -> torch.Tensor:
+    """prepack's layout (test_prepack_layout_is_the_documented_panels), built in Python."""
+    return torch.cat([w[j:j + 32].t().reshape(-1) for j in range(0, w.shape[0], 32)])
+
+
+def _linear_unit(tmp_path: Path, tier: str, knobs: dict[str, str]):
+    """The ``tier`` unit of a linear-only package with ``knobs`` set, compiled and loaded with ctypes
+    (compile_tier_unit: skipped where this CPU cannot run the tier)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    plan = plan_project(_options(tmp_path))
+    unit = f"{PACKAGE}_cpu/{PACKAGE}_{tier}.cpp"
+    for knob, value in knobs.items():
+        plan.files[unit], count = re.subn(rf"^#define {knob} .*$", f"#define {knob} {value}", plan.files[unit],
+                                          flags=re.MULTILINE)
+        assert count == 1, knob
+    ns = f"{PACKAGE}_cpu"
+    wrapper = ('extern "C" void run(int dt, void* o, const void* x, const void* w, const void* b, int64_t m, '
+               f"int64_t n, int64_t k) {{\n  {ns}::{tier}::linear(static_cast<{ns}::DType>(dt), o, x, w, b, true, m, n, k);\n}}")
+    return compile_tier_unit(plan, PACKAGE, tier, wrapper, tmp_path)
+
+
+def _run_packed(lib, x, w, b):
+    out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype)
+    wp = _packed(w).contiguous()
+    ptr = lambda t: ctypes.c_void_p(None if t is None else t.data_ptr())  # noqa: E731
+    dt = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
+    lib.run(dt, ptr(out), ptr(x), ptr(wp), ptr(b), *[ctypes.c_int64(v) for v in (x.shape[0], w.shape[0], x.shape[1])])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tier, knob", [("avx2", "LINEAR_PACKED_GEMV_ROWS"), ("avx512", "LINEAR_PACKED_DP_ROWS")])
+def test_packed_decode_knob_off_restores_the_tiles(tmp_path: Path, tier: str, knob: str):
+    """A packed bf16 weight at M = 1-3 streams its panels (lin_packed_gemv in the AVX2 unit,
+    lin_packed_gemv_dp in the AVX512 unit on a CPU with AVX512-BF16); the knob at 0 sends it to
+    lin_tiled. Both exact on exact inputs (full panels, a narrower last one, odd K), both within
+    the fp32-sum bound on continuous data, and at M = 1 their bits differ there (other sums:
+    the knob does what it says)."""
+    if tier == "avx512" and "avx512_bf16" not in cpu_flags():
+        pytest.skip("this CPU lacks avx512_bf16: lin_packed_gemv_dp cannot run (lin_tiled runs either way)")
+    on = _linear_unit(tmp_path / "on", tier, {})
+    off = _linear_unit(tmp_path / "off", tier, {knob: "0"})
+    for i, (m, n, k) in enumerate(((1, 70, 129), (2, 64, 4096 + 13), (3, 33, 7))):
+        x, w, b = _case(m, n, k, torch.bfloat16, seed=i)
+        for lib, what in ((on, "on"), (off, "off")):
+            got = _run_packed(lib, x, w, b)
+            assert torch.equal(got, _reference(x, w, b)), f"{tier} {knob} {what} M={m} N={n} K={k}"
+    gen = torch.Generator().manual_seed(3)
+    # ~1 bf16 output in 1000 moves with the order of a K = 4096 sum: 4096 of them
+    x, w, b = (torch.randn(*shape, generator=gen).bfloat16() for shape in ((1, 4096), (4096, 4096), (4096,)))
+    got_on, got_off = _run_packed(on, x, w, b), _run_packed(off, x, w, b)
+    for got, what in ((got_on, "on"), (got_off, "off")):
+        assert_within_fp32_sum_bound(x, w, b, got, f"{tier} {knob} {what}")
+    assert not torch.equal(got_on, got_off), f"{tier}: {knob} 0 gave the same bits: the knob did nothing"
 
 
 # ---------------------------------------------------------------- refusals
@@ -414,8 +475,9 @@ def assert_tiled_path_ran(results: dict, path_mask: str, fma_mask: str, path: st
 
 
 def test_bf16_dot_path_takes_vdpbf16ps_where_the_cpu_has_it(linear_kernel_dir: Path, tmp_path: Path):
-    """bf16 decode sizes on the avx512 tier: with AVX512-BF16 the dot path sums element pairs by
-    VDPBF16PS, with KERNEL_CPU_MASK=avx512bf16 it widens and uses FMAs. Both within the fp32-sum
+    """bf16 decode sizes on the avx512 tier: with AVX512-BF16 the dot path (plain weight) and
+    lin_packed_gemv_dp (packed weight) sum element pairs by VDPBF16PS, with
+    KERNEL_CPU_MASK=avx512bf16 they widen and use FMAs. Both within the fp32-sum
     bound on continuous data, K tails included; their bits differ (another summation order), so
     the VDPBF16PS loop did run."""
 
@@ -424,13 +486,16 @@ def test_bf16_dot_path_takes_vdpbf16ps_where_the_cpu_has_it(linear_kernel_dir: P
     if "avx512_bf16" not in cpu_flags():
         pytest.skip("this CPU lacks avx512_bf16 (the FMA dot path runs there, tested by the exact-input tests)")
     results = run_probe(linear_kernel_dir, tmp_path, _DOT_SHAPES, ("", "avx512bf16"))
-    differs = False
+    differs = {"plain": False, "packed": False}
     for shape, (x, w, b, plain, packed) in results[""]["out"].items():
-        fma_plain = results["avx512bf16"]["out"][shape][3]
-        assert_within_fp32_sum_bound(x, w, b, plain, f"vdpbf16ps {shape}")
-        assert_within_fp32_sum_bound(x, w, b, fma_plain, f"fma {shape}")
-        differs |= not torch.equal(plain, fma_plain)
-    assert differs, "VDPBF16PS and FMA dot products were bit-equal everywhere: the pair loop did not run"
+        fma_plain, fma_packed = results["avx512bf16"]["out"][shape][3:]
+        for got, what in ((plain, "vdpbf16ps plain"), (packed, "vdpbf16ps packed"), (fma_plain, "fma plain"),
+                          (fma_packed, "fma packed")):
+            assert_within_fp32_sum_bound(x, w, b, got, f"{what} {shape}")
+        differs["plain"] |= not torch.equal(plain, fma_plain)
+        differs["packed"] |= not torch.equal(packed, fma_packed)
+    for layout, seen in differs.items():
+        assert seen, f"VDPBF16PS and FMA results were bit-equal everywhere ({layout} weight): the pair loop did not run"
 
 
 # the VDPBF16PS tiled path's M (from 32 rows with the plain weight: 16 to 31 run oneDNN there): strips
