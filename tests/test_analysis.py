@@ -211,7 +211,7 @@ def test_gemm_advice_follows_the_tier_and_streams_the_weight_at_decode_sizes() -
     """Ice Lake (AVX512 F/BW/VL/DQ, no AVX512-BF16): the dispatcher runs the avx512 unit,
     so the GEMM path is the AVX512 FMA one with bf16 widened (no dot product); Zen 3
     (AVX2 only) gets the AVX2 FMA one. At M <= 8 the advice is to stream the weight
-    (bandwidth-bound), at large M to block registers."""
+    (bandwidth-bound) in a layout read as one sequential stream, at large M to block registers."""
     full = fake_profile()
     ice_lake = fake_profile(flags=tuple(f for f in full.flags if f not in ("avx512_bf16",)
                                         and not f.startswith("amx")))
@@ -220,6 +220,7 @@ def test_gemm_advice_follows_the_tier_and_streams_the_weight_at_decode_sizes() -
         decode = simd_strategy("gemm", "gemm", "bf16", machine, gemm_m=1, name="linear")
         assert decode["gemm"]["path"] == path
         assert "stream it once" in decode["gemm"]["why"] and "widen bf16 to fp32" in decode["gemm"]["why"]
+        assert "one sequential stream per thread" in decode["gemm"]["why"]  # the layout advice (prepack)
         assert "bf16-widen-fma-avx2" in decode["references"]
         large = simd_strategy("gemm", "gemm", "fp32", machine, gemm_m=1024, name="linear")["gemm"]
         assert large["path"] == path and "stream" not in large["why"] and "register-blocked" in large["why"]
