@@ -222,13 +222,11 @@ def _run_packed(lib, x, w, b):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tier, knob, dtype", [("avx2", "LINEAR_PACKED_GEMV_ROWS", torch.bfloat16),
-                                              ("avx512", "LINEAR_PACKED_DP_ROWS", torch.bfloat16),
-                                              ("avx512", "LINEAR_PACKED_GEMV_ROWS_FP32", torch.float32)])
-def test_packed_decode_knob_off_restores_the_tiles(tmp_path: Path, tier: str, knob: str, dtype: torch.dtype):
-    """A packed weight at decode sizes streams its panels (lin_packed_gemv: 16-bit weights in the
-    AVX2 unit, fp32 in the AVX512 unit; lin_packed_gemv_dp: bf16 in the AVX512 unit on a CPU with
-    AVX512-BF16); the knob at 0 sends it to lin_tiled. Both exact on exact inputs (full panels, a
+@pytest.mark.parametrize("tier, knob", [("avx2", "LINEAR_PACKED_GEMV_ROWS"), ("avx512", "LINEAR_PACKED_DP_ROWS")])
+def test_packed_decode_knob_off_restores_the_tiles(tmp_path: Path, tier: str, knob: str):
+    """A packed bf16 weight at decode sizes streams its panels (lin_packed_gemv in the AVX2 unit,
+    lin_packed_gemv_dp in the AVX512 unit on a CPU with AVX512-BF16); the knob at 0 sends it to
+    lin_tiled. Both exact on exact inputs (full panels, a
     narrower last one, odd K), both within the fp32-sum bound on continuous data, and at M = 1
     their bits differ there (other sums: the knob does what it says)."""
     if knob == "LINEAR_PACKED_DP_ROWS" and "avx512_bf16" not in cpu_flags():
@@ -236,13 +234,13 @@ def test_packed_decode_knob_off_restores_the_tiles(tmp_path: Path, tier: str, kn
     on = _linear_unit(tmp_path / "on", tier, {})
     off = _linear_unit(tmp_path / "off", tier, {knob: "0"})
     for i, (m, n, k) in enumerate(((1, 70, 129), (2, 64, 4096 + 13), (3, 33, 7))):
-        x, w, b = _case(m, n, k, dtype, seed=i)
+        x, w, b = _case(m, n, k, torch.bfloat16, seed=i)
         for lib, what in ((on, "on"), (off, "off")):
             got = _run_packed(lib, x, w, b)
             assert torch.equal(got, _reference(x, w, b)), f"{tier} {knob} {what} M={m} N={n} K={k}"
     gen = torch.Generator().manual_seed(3)
     # ~1 bf16 output in 1000 moves with the order of a K = 4096 sum: 4096 of them
-    x, w, b = (torch.randn(*shape, generator=gen).to(dtype) for shape in ((1, 4096), (4096, 4096), (4096,)))
+    x, w, b = (torch.randn(*shape, generator=gen).bfloat16() for shape in ((1, 4096), (4096, 4096), (4096,)))
     got_on, got_off = _run_packed(on, x, w, b), _run_packed(off, x, w, b)
     for got, what in ((got_on, "on"), (got_off, "off")):
         assert_within_fp32_sum_bound(x, w, b, got, f"{tier} {knob} {what}")
