@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from .bench import stats
+from .bench.timing import round_order
 from .build import build_kernel
 from .cpu import TIERS, missing_flags
 from .scaffold import ScaffoldOptions, plan_project, write_project
@@ -199,14 +200,17 @@ def _functions(case: Case, kernel: ModuleType) -> tuple[list[Any], Callable, Cal
 def interleaved_samples(fns: dict[str, Callable[[], Any]], rounds: int, calls: int) -> dict[str, stats.Measurement]:
     """``rounds`` rounds of ``calls`` individually timed calls of every function, side by side.
 
-    Each round times every function once; odd rounds go in reverse order, so
-    that no function always follows the same neighbour (a predecessor's dirty
-    cache lines and temporaries are evicted on the next one's time).
+    Each round times every function once, the rounds going through every
+    order of the functions in turn (the benchmark's :func:`round_order`), so
+    each one runs in every position and right after every other equally often:
+    a predecessor's dirty cache lines and temporaries are evicted on the next
+    one's time. Plain reversal every other round kept "ours" in the middle of
+    three, and a fixed order let two builds of one source differ by 30 % in a
+    linear A/B on the Zen 5 EPYC (examples/linear/README.md).
     """
     samples = {name: stats.Measurement(name) for name in fns}
-    order = list(fns)
     for r in range(rounds):
-        for name in order if r % 2 == 0 else reversed(order):
+        for name in round_order(r, 1, tuple(fns)):
             samples[name].add_round(_call_times_ns(fns[name], calls))
     return samples
 
