@@ -557,3 +557,25 @@ def test_steady_malloc_reuses_the_pages_of_a_freed_aligned_output():
                          capture_output=True, text=True, timeout=60, check=True)
     faults = int(run.stdout)
     assert faults < 200, f"{faults} page faults in 20 reallocations of an 8 MB output (2048 pages each)"
+
+
+def test_tier_sweep_rounds_go_through_every_order_of_the_tiers():
+    """Each tier runs in every position and right after every other tier equally often (a rotation
+    of three tiers would always put one right after the same other inside a round)."""
+    import types
+
+    from kernel_harness.bench import stats
+    from kernel_harness.bench.sweep import _time_rounds
+
+    ran: list[str] = []
+    session = types.SimpleNamespace(kworker=object(), set_tier=ran.append,
+                                    time=lambda *a, **k: ([1.0], None, None))
+    inputs = types.SimpleNamespace(source=None, label="set")
+    tiers = ["generic", "avx2", "avx512"]
+    meas = {t: stats.Measurement(t) for t in tiers}
+    _time_rounds(session, inputs, tiers, rounds=6, n=1, steady=True, meas=meas)
+    rounds = [ran[i:i + 3] for i in range(0, len(ran), 3)]
+    assert len({tuple(r) for r in rounds}) == 6 and all(len(m.rounds) == 6 for m in meas.values())
+    for t in tiers:
+        assert sorted(r.index(t) for r in rounds) == [0, 0, 1, 1, 2, 2]
+        assert sorted(r[r.index(t) - 1] for r in rounds if r.index(t) > 0) == sorted(2 * [o for o in tiers if o != t])

@@ -37,6 +37,7 @@ from typing import Any
 from . import stats, tree
 from .options import InputSet
 from .session import Session
+from .timing import round_order
 
 #: Time (call plus input draw) one tier's round on one input set may take.
 SWEEP_ROUND_BUDGET_S = 0.5
@@ -102,11 +103,12 @@ def _calls_per_round(s: Session, x: InputSet, tiers: list[str], steady: bool) ->
 
 def _time_rounds(s: Session, x: InputSet, tiers: list[str], rounds: int, n: int, steady: bool,
                  meas: dict[str, stats.Measurement]) -> None:
-    """``rounds`` more rounds of ``n`` calls per tier, the tiers' order rotating."""
+    """``rounds`` more rounds of ``n`` calls per tier, going through every order of the tiers
+    (timing.round_order: each tier in every position and after every other equally often,
+    which a rotation of three does not give)."""
     assert s.kworker is not None
     for rnd in range(rounds):
-        order = tiers[rnd % len(tiers):] + tiers[:rnd % len(tiers)]
-        for t in order:
+        for t in round_order(rnd, 1, tuple(tiers)):
             s.set_tier(t)
             times, _, _ = s.time(s.kworker, x.source, n, keep=False, warmup=1 if steady else 0, steady=steady,
                                  what=f"timing tier {t} on {x.label}")
