@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import time
 from pathlib import Path
@@ -51,8 +52,11 @@ def sweep(kernel, ms: list[int], n: int, k: int, dtypes: list[str], reps: int, r
                 calls[f"{tier} plain"] = (tier, lambda: kernel.linear(x, w, b))
                 calls[f"{tier} packed"] = (tier, lambda: kernel.linear(x, wp, b))
             times: dict[str, list[float]] = {label: [] for label in calls}
+            order, shuffler = list(calls), random.Random(m)
             for _ in range(reps + 1):  # the first round warms up and is dropped
-                for label, call in calls.items():
+                shuffler.shuffle(order)  # a fixed order biases (examples/linear/README.md)
+                for label in order:
+                    call = calls[label]
                     if isinstance(call, tuple):
                         os.environ["KERNEL_CPU_ISA"] = call[0]
                         call = call[1]

@@ -13,6 +13,7 @@ entries: a number in the knowledge base must have been measured where it is stat
 from __future__ import annotations
 
 import ctypes
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,16 +71,21 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], rounds: int = 21, war
     """Median seconds of each function, timed in turn round after round.
 
     For A/B comparisons on the shared VM: a slow phase of the host hits every variant
-    of the same round instead of one variant's whole series.
+    of the same round instead of one variant's whole series. The order is shuffled
+    every round (seeded): in a fixed order a variant inherits what the one before it
+    leaves behind, and two builds of one linear kernel read 30 % apart that way.
     """
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
+    order = list(fns)
+    shuffler = random.Random(0)
     for _ in range(rounds):
-        for name, fn in fns.items():
+        shuffler.shuffle(order)
+        for name in order:
             t0 = time.perf_counter()
-            fn()
+            fns[name]()
             times[name].append(time.perf_counter() - t0)
     return {name: float(np.median(ts)) for name, ts in times.items()}
 
