@@ -13,7 +13,6 @@ entries: a number in the knowledge base must have been measured where it is stat
 from __future__ import annotations
 
 import ctypes
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..bench.timing import round_order
 from ..references import Entry, load_entries
 from . import build_shared
 
@@ -71,19 +71,17 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], rounds: int = 21, war
     """Median seconds of each function, timed in turn round after round.
 
     For A/B comparisons on the shared VM: a slow phase of the host hits every variant
-    of the same round instead of one variant's whole series. The order is shuffled
-    every round (seeded): in a fixed order a variant inherits what the one before it
-    leaves behind, and two builds of one linear kernel read 30 % apart that way.
+    of the same round instead of one variant's whole series. The rounds go through
+    every order of the variants (the benchmark's round_order): in a fixed order a
+    variant inherits what the one before it leaves behind, and two builds of one
+    linear kernel read 30 % apart that way.
     """
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
-    order = list(fns)
-    shuffler = random.Random(0)
-    for _ in range(rounds):
-        shuffler.shuffle(order)
-        for name in order:
+    for r in range(rounds):
+        for name in round_order(r, 1, tuple(fns)):
             t0 = time.perf_counter()
             fns[name]()
             times[name].append(time.perf_counter() - t0)
