@@ -359,21 +359,35 @@ def test_card_load_snippet_runs_against_the_stage(dry_run: dict) -> None:
 
 
 def test_benchmark_file_passes_under_the_kernels_benchmark_code_path(dry_run: dict) -> None:
-    from kernels.cli.benchmark import discover_benchmark_classes, discover_benchmark_scripts, run_benchmark_script
+    from kernel_harness.publish.kernels_cli import benchmark_runner
 
+    runner = benchmark_runner()
     stage = dry_run["stage"]
-    scripts = discover_benchmark_scripts(str(stage), stage)
+    scripts = runner.discover_benchmark_scripts(str(stage), stage)
     assert scripts == [stage / "benchmarks" / "benchmark.py"]
-    (cls,) = discover_benchmark_classes(scripts[0], stage)
+    (cls,) = runner.discover_benchmark_classes(scripts[0], stage)
     workloads = sorted(n.removeprefix("benchmark_") for n in dir(cls) if n.startswith("benchmark_"))
     # headline + the largest correctness case per dtype, each a full triple
     assert workloads == ["bfloat16_1x64", "float32_1x64", "headline_bfloat16_8x64"]
     for name in workloads:
         assert callable(getattr(cls, f"setup_{name}")) and callable(getattr(cls, f"verify_{name}"))
-    results, _sha = run_benchmark_script(
+    results, _sha = runner.run_benchmark_script(
         scripts[0], iterations=2, warmup=1, cwd=stage, repo_id=str(stage), is_local=True, revision="local"
     )
     assert {name: t.verified for name, t in results.items()} == {f"{cls.__name__}.{w}": True for w in workloads}
+
+
+def test_a_kernels_without_a_known_benchmark_runner_is_named_in_the_error(monkeypatch) -> None:
+    from kernel_harness.publish import kernels_cli
+
+    assert callable(kernels_cli.benchmark_runner().run_benchmark_script)  # the installed kernels has one
+    monkeypatch.setattr(kernels_cli, "BENCHMARK_MODULES", ("kernels.no_such_cli.benchmark", "json"))
+    with pytest.raises(kernels_cli.BenchmarkRunnerMissing) as info:
+        kernels_cli.benchmark_runner()
+    import kernels
+
+    message = str(info.value)
+    assert kernels.__version__ in message and "kernels.no_such_cli.benchmark" in message and "pip install" in message
 
 
 # -- upload against the fake Hub ----------------------------------------------

@@ -138,16 +138,17 @@ def _workloads(baseline_path: Path) -> dict[str, Any]:
 
 def _kernels_benchmark(stage: Path, iterations: int, warmup: int) -> dict[str, Any]:
     # The same functions `kernels benchmark ./STAGE` calls for a local path
-    # (kernels/cli/benchmark.py: run_benchmark -> discover_benchmark_scripts ->
-    # run_benchmark_script -> discover_benchmark_classes -> run_benchmark_class).
-    # run_benchmark itself is not called because it first insists on the
+    # (run_benchmark -> discover_benchmark_scripts -> run_benchmark_script ->
+    # discover_benchmark_classes -> run_benchmark_class; kernels_cli finds their
+    # module). run_benchmark itself is not called because it first insists on the
     # optional `tabulate` package only to print its table.
-    from kernels.cli.benchmark import discover_benchmark_scripts, run_benchmark_script
+    from kernel_harness.publish.kernels_cli import benchmark_runner
 
+    runner = benchmark_runner()
     stage = stage.resolve()
     results: dict[str, Any] = {}
-    for script in discover_benchmark_scripts(str(stage), stage):
-        timings, _sha = run_benchmark_script(
+    for script in runner.discover_benchmark_scripts(str(stage), stage):
+        timings, _sha = runner.run_benchmark_script(
             script,
             iterations=iterations,
             warmup=warmup,
