@@ -221,6 +221,8 @@ def test_gemm_advice_follows_the_tier_and_streams_the_weight_at_decode_sizes() -
         assert decode["gemm"]["path"] == path
         assert "stream it once" in decode["gemm"]["why"] and "widen bf16 to fp32" in decode["gemm"]["why"]
         assert "one sequential stream per thread" in decode["gemm"]["why"]  # the layout advice (prepack)
+        # 16 ymm registers hold the sums of at most 3 rows of a 32-column panel: the AVX2 advice says what then
+        assert ("passes over chunks of K" in decode["gemm"]["why"]) == (path == "avx2-fma")
         assert "bf16-widen-fma-avx2" in decode["references"]
         large = simd_strategy("gemm", "gemm", "fp32", machine, gemm_m=1024, name="linear")["gemm"]
         assert large["path"] == path and "stream" not in large["why"] and "register-blocked" in large["why"]

@@ -41,8 +41,10 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # decode sizes, M just above the micro-kernel's MR, N narrower than one panel.
 # On a CPU with AMX, bf16 from M = 5 takes the AMX path: M = 7 to 100 its one-pass
 # path, (300, 70, 77) its L2-packed one with the rows split between threads.
-SHAPES = ((1, 1, 1), (1, 37, 7), (2, 33, 4096 + 13), (4, 64, 256), (7, 97, 129), (9, 31, 17), (13, 65, 100),
-          (33, 130, 47), (100, 96, 300), (300, 70, 77))
+# M = 4 to 6 on a packed fp32 weight take the AVX2 unit's two-pass wide tile, whose
+# chunks of 128 k-steps end inside K = 300 and 129, and whose last panel is narrower at N = 45.
+SHAPES = ((1, 1, 1), (1, 37, 7), (2, 33, 4096 + 13), (4, 64, 256), (5, 45, 300), (6, 40, 129), (7, 97, 129),
+          (9, 31, 17), (13, 65, 100), (33, 130, 47), (100, 96, 300), (300, 70, 77))
 
 
 def _options(directory: Path) -> ScaffoldOptions:
@@ -196,9 +198,10 @@ def _packed(w: torch.Tensor) -> torch.Tensor:
     return torch.cat([w[j:j + 32].t().reshape(-1) for j in range(0, w.shape[0], 32)])
 
 
-def _linear_unit(tmp_path: Path, tier: str, knobs: dict[str, str]):
-    """The ``tier`` unit of a linear-only package with ``knobs`` set, compiled and loaded with ctypes
-    (compile_tier_unit: skipped where this CPU cannot run the tier)."""
+def _linear_unit(tmp_path: Path, tier: str, knobs: dict[str, str], edits: dict[str, str] | None = None):
+    """The ``tier`` unit of a linear-only package with ``knobs`` set (and each text of ``edits``,
+    found exactly once, replaced), compiled and loaded with ctypes (compile_tier_unit: skipped
+    where this CPU cannot run the tier)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     plan = plan_project(_options(tmp_path))
     unit = f"{PACKAGE}_cpu/{PACKAGE}_{tier}.cpp"
@@ -206,6 +209,9 @@ def _linear_unit(tmp_path: Path, tier: str, knobs: dict[str, str]):
         plan.files[unit], count = re.subn(rf"^#define {knob} .*$", f"#define {knob} {value}", plan.files[unit],
                                           flags=re.MULTILINE)
         assert count == 1, knob
+    for old, new in (edits or {}).items():
+        assert plan.files[unit].count(old) == 1, old
+        plan.files[unit] = plan.files[unit].replace(old, new)
     ns = f"{PACKAGE}_cpu"
     wrapper = ('extern "C" void run(int dt, void* o, const void* x, const void* w, const void* b, int64_t m, '
                f"int64_t n, int64_t k) {{\n  {ns}::{tier}::linear(static_cast<{ns}::DType>(dt), o, x, w, b, true, m, n, k);\n}}")
@@ -245,6 +251,28 @@ def test_packed_decode_knob_off_restores_the_tiles(tmp_path: Path, tier: str, kn
     for got, what in ((got_on, "on"), (got_off, "off")):
         assert_within_fp32_sum_bound(x, w, b, got, f"{tier} {knob} {what}")
     assert not torch.equal(got_on, got_off), f"{tier}: {knob} 0 gave the same bits: the knob did nothing"
+
+
+@pytest.mark.slow
+def test_avx2_packed_fp32_weight_takes_the_wide_tile_from_4_to_6_rows(tmp_path: Path):
+    """lin_tile_wide (AVX2 unit, packed fp32 weight, M = 4 to LINEAR_WIDE_MAX_ROWS) really runs: in a
+    unit whose wide tile skips its second half of the rows, fp32 M = 4 and 6 go wrong in exactly
+    those rows, while M = 3 (the 3 x 32 tile), M = 7 (lin_tiled_groups) and bf16 M = 4 (16-bit
+    weights keep the groups) stay exact. test_linear_is_exact_on_exact_inputs checks the intact
+    tile's results, tails included."""
+    # not a knob: a mutation of the unit's source, so the test fails if the path is never taken
+    second_half = "lin_wide_part<R1, NV, kFull>(c1, ar + R0, b, ldb, len, k0, k1, next);"
+    mutant = _linear_unit(tmp_path, "avx2", {}, edits={second_half: "(void)next;"})
+    for m, dtype, wide in ((4, torch.float32, True), (6, torch.float32, True), (3, torch.float32, False),
+                           (7, torch.float32, False), (4, torch.bfloat16, False)):
+        x, w, b = _case(m, 45, 300, dtype, seed=m)
+        got, ref = _run_packed(mutant, x, w, b), _reference(x, w, b)
+        half = (m + 1) // 2
+        if wide:
+            assert torch.equal(got[:half], ref[:half]), f"M={m}: the first half of the rows changed"
+            assert not torch.equal(got[half:], ref[half:]), f"M={m} {dtype}: the wide tile did not run"
+        else:
+            assert torch.equal(got, ref), f"M={m} {dtype}: took the wide tile, which it should not"
 
 
 # ---------------------------------------------------------------- refusals
