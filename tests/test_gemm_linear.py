@@ -218,6 +218,19 @@ def _linear_unit(tmp_path: Path, tier: str, knobs: dict[str, str], edits: dict[s
     return compile_tier_unit(plan, PACKAGE, tier, wrapper, tmp_path)
 
 
+@pytest.fixture(scope="module")
+def default_unit(tmp_path_factory):
+    """tier -> that tier's unit with the template's knobs, compiled once per module (on first use)."""
+    units = {}
+
+    def get(tier: str):
+        if tier not in units:
+            units[tier] = _linear_unit(tmp_path_factory.mktemp(f"{tier}-default"), tier, {})
+        return units[tier]
+
+    return get
+
+
 def _run_packed(lib, x, w, b):
     out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype)
     wp = _packed(w).contiguous()
@@ -228,25 +241,28 @@ def _run_packed(lib, x, w, b):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tier, knob", [("avx2", "LINEAR_PACKED_GEMV_ROWS"), ("avx512", "LINEAR_PACKED_DP_ROWS")])
-def test_packed_decode_knob_off_restores_the_tiles(tmp_path: Path, tier: str, knob: str):
-    """A packed bf16 weight at decode sizes streams its panels (lin_packed_gemv in the AVX2 unit,
-    lin_packed_gemv_dp in the AVX512 unit on a CPU with AVX512-BF16); the knob at 0 sends it to
-    lin_tiled. Both exact on exact inputs (full panels, a
-    narrower last one, odd K), both within the fp32-sum bound on continuous data, and at M = 1
-    their bits differ there (other sums: the knob does what it says)."""
+@pytest.mark.parametrize("tier, knob, dtype", [("avx2", "LINEAR_PACKED_GEMV_ROWS", torch.bfloat16),
+                                               ("avx512", "LINEAR_PACKED_DP_ROWS", torch.bfloat16),
+                                               ("avx512", "LINEAR_PACKED_FP32_ROWS", torch.float32)])
+def test_packed_decode_knob_off_restores_the_tiles(tmp_path: Path, default_unit, tier: str, knob: str,
+                                                  dtype: torch.dtype):
+    """A packed weight at decode sizes streams its panels (bf16: lin_packed_gemv in the AVX2 unit,
+    lin_packed_gemv_dp in the AVX512 unit on a CPU with AVX512-BF16; fp32: lin_packed_gemv in the
+    AVX512 unit); the knob at 0 sends it to lin_tiled. Both exact on exact inputs (full panels, a
+    narrower last one, odd K, up to 8 rows), both within the fp32-sum bound on continuous data, and
+    at M = 1 their bits differ there (other sums: the knob does what it says)."""
     if knob == "LINEAR_PACKED_DP_ROWS" and "avx512_bf16" not in cpu_flags():
         pytest.skip("this CPU lacks avx512_bf16: lin_packed_gemv_dp cannot run (lin_tiled runs either way)")
-    on = _linear_unit(tmp_path / "on", tier, {})
+    on = default_unit(tier)
     off = _linear_unit(tmp_path / "off", tier, {knob: "0"})
-    for i, (m, n, k) in enumerate(((1, 70, 129), (2, 64, 4096 + 13), (3, 33, 7))):
-        x, w, b = _case(m, n, k, torch.bfloat16, seed=i)
+    for i, (m, n, k) in enumerate(((1, 70, 129), (2, 64, 4096 + 13), (3, 33, 7), (8, 96, 300))):
+        x, w, b = _case(m, n, k, dtype, seed=i)
         for lib, what in ((on, "on"), (off, "off")):
             got = _run_packed(lib, x, w, b)
             assert torch.equal(got, _reference(x, w, b)), f"{tier} {knob} {what} M={m} N={n} K={k}"
     gen = torch.Generator().manual_seed(3)
-    # ~1 bf16 output in 1000 moves with the order of a K = 4096 sum: 4096 of them
-    x, w, b = (torch.randn(*shape, generator=gen).bfloat16() for shape in ((1, 4096), (4096, 4096), (4096,)))
+    # ~1 bf16 output in 1000 moves with the order of a K = 4096 sum, fp32 ones far more: 4096 of them
+    x, w, b = (torch.randn(*shape, generator=gen).to(dtype) for shape in ((1, 4096), (4096, 4096), (4096,)))
     got_on, got_off = _run_packed(on, x, w, b), _run_packed(off, x, w, b)
     for got, what in ((got_on, "on"), (got_off, "off")):
         assert_within_fp32_sum_bound(x, w, b, got, f"{tier} {knob} {what}")
@@ -273,6 +289,27 @@ def test_avx2_packed_fp32_weight_takes_the_wide_tile_from_4_to_6_rows(tmp_path: 
             assert not torch.equal(got[half:], ref[half:]), f"M={m} {dtype}: the wide tile did not run"
         else:
             assert torch.equal(got, ref), f"M={m} {dtype}: took the wide tile, which it should not"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tier, knobs", [("avx2", ("LINEAR_WIDE_PREFETCH", "LINEAR_PACKED_PREFETCH_BYTES")),
+                                         ("avx512", ("LINEAR_PACKED_PREFETCH_BYTES",))])
+def test_packed_panel_prefetch_knobs_at_0_take_their_prefetches_out(tmp_path: Path, default_unit, tier: str,
+                                                                     knobs: tuple[str, ...]):
+    """The packed panels' software prefetches (LINEAR_WIDE_PREFETCH: lin_tile_wide's next chunk;
+    LINEAR_PACKED_PREFETCH_BYTES: lin_packed_gemv(_dp)'s stream) are in the unit's machine code,
+    and the knobs at 0 take them out without changing a bit of the results."""
+    from kernel_harness.build.machine_code import prefetch_counts
+
+    off = _linear_unit(tmp_path, tier, dict.fromkeys(knobs, "0"))
+    on = default_unit(tier)
+    counts = {what: prefetch_counts(Path(lib._name)) for what, lib in (("on", on), ("off", off))}
+    if None in counts.values():
+        pytest.skip("objdump (binutils) cannot read the units here")
+    assert counts["on"][tier] > counts["off"][tier], f"{tier}: {knobs} at 0 left the prefetch count at {counts}"
+    for m, dtype in ((1, torch.bfloat16), (3, torch.bfloat16), (4, torch.float32), (8, torch.float32)):
+        x, w, b = _case(m, 96, 300, dtype, seed=m)
+        assert torch.equal(_run_packed(on, x, w, b), _run_packed(off, x, w, b)), f"{tier} M={m} {dtype}"
 
 
 # ---------------------------------------------------------------- refusals
@@ -478,10 +515,10 @@ def run_probe(kernel_dir: Path, tmp_path: Path, shapes: tuple, masks: tuple[str,
 
 
 def assert_within_fp32_sum_bound(x, w, b, got, what: str) -> None:
-    """got within half a bf16 ulp plus the fp32-sum error bound (k * 2^-23 * |x| |w|) of float64."""
+    """got within half an ulp of its dtype plus the fp32-sum error bound (k * 2^-23 * |x| |w|) of float64."""
     exact = F.linear(x.double(), w.double(), b.double())
     bound = x.shape[-1] * 2.0**-23 * F.linear(x.double().abs(), w.double().abs(), b.double().abs())
-    half_ulp = torch.finfo(torch.bfloat16).eps / 2
+    half_ulp = torch.finfo(got.dtype).eps / 2
     err = (got.double() - exact).abs()
     assert bool((err <= half_ulp * exact.abs() * (1 + 1e-3) + bound * (1 + 2 * half_ulp)).all()), (
         f"{what}: worst error {err.max()}")
