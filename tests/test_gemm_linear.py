@@ -270,25 +270,31 @@ def test_packed_decode_knob_off_restores_the_tiles(tmp_path: Path, default_unit,
 
 
 @pytest.mark.slow
-def test_avx2_packed_fp32_weight_takes_the_wide_tile_from_4_to_6_rows(tmp_path: Path):
-    """lin_tile_wide (AVX2 unit, packed fp32 weight, M = 4 to LINEAR_WIDE_MAX_ROWS) really runs: in a
-    unit whose wide tile skips its second half of the rows, fp32 M = 4 and 6 go wrong in exactly
-    those rows, while M = 3 (the 3 x 32 tile), M = 7 (lin_tiled_groups) and bf16 M = 4 (16-bit
-    weights keep the groups) stay exact. test_linear_is_exact_on_exact_inputs checks the intact
-    tile's results, tails included."""
-    # not a knob: a mutation of the unit's source, so the test fails if the path is never taken
-    second_half = "lin_wide_part<R1, NV, kFull>(c1, ar + R0, b, ldb, len, k0, k1, next);"
-    mutant = _linear_unit(tmp_path, "avx2", {}, edits={second_half: "(void)next;"})
-    for m, dtype, wide in ((4, torch.float32, True), (6, torch.float32, True), (3, torch.float32, False),
-                           (7, torch.float32, False), (4, torch.bfloat16, False)):
-        x, w, b = _case(m, 45, 300, dtype, seed=m)
+def test_avx2_packed_weight_at_4_to_6_rows_takes_the_two_pass_paths(tmp_path: Path):
+    """The AVX2 unit's two-pass paths for a packed weight really run where they should: lin_tile_wide
+    (fp32, M = 4 to LINEAR_WIDE_MAX_ROWS: two halves of the rows) and lin_packed_gemv_wide16 (16-bit,
+    M = 4 to LINEAR_PACKED_WIDE16_ROWS: two rows widening the chunk into a scratch, then the rest
+    over it). Both sum each output in k order as the groups do, so the bits cannot tell; a unit
+    whose later passes read the wrong rows of x must go wrong in exactly those rows, while M = 3
+    (the 3 x 32 tile / lin_packed_gemv), fp32 M = 7 and bf16 M = 6 (lin_tiled_groups) stay exact.
+    test_linear_is_exact_on_exact_inputs checks the intact paths' results, tails included."""
+    # not knobs: mutations of the unit's source, so the test fails if a path is never taken
+    mutant = _linear_unit(tmp_path, "avx2", {}, edits={
+        "lin_wide_part<R1, NV, kFull>(c1, ar + R0, b, ldb, len, k0, k1, next);":
+            "lin_wide_part<R1, NV, kFull>(c1, ar, b, ldb, len, k0, k1, next);",
+        "lin_wide_part<R1, 4, true>(c1, ar + 2, static_cast<const float*>(scratch),":
+            "lin_wide_part<R1, 4, true>(c1, ar, static_cast<const float*>(scratch),",
+    })
+    cases = ((4, torch.float32, 2), (6, torch.float32, 3), (4, torch.bfloat16, 2), (5, torch.bfloat16, 2),
+             (3, torch.float32, None), (7, torch.float32, None), (3, torch.bfloat16, None), (6, torch.bfloat16, None))
+    for m, dtype, right_rows in cases:
+        x, w, b = _case(m, 64, 300, dtype, seed=m)
         got, ref = _run_packed(mutant, x, w, b), _reference(x, w, b)
-        half = (m + 1) // 2
-        if wide:
-            assert torch.equal(got[:half], ref[:half]), f"M={m}: the first half of the rows changed"
-            assert not torch.equal(got[half:], ref[half:]), f"M={m} {dtype}: the wide tile did not run"
+        if right_rows is None:
+            assert torch.equal(got, ref), f"M={m} {dtype}: took a two-pass path, which it should not"
         else:
-            assert torch.equal(got, ref), f"M={m} {dtype}: took the wide tile, which it should not"
+            assert torch.equal(got[:right_rows], ref[:right_rows]), f"M={m} {dtype}: the first pass changed"
+            assert not torch.equal(got[right_rows:], ref[right_rows:]), f"M={m} {dtype}: the two-pass path did not run"
 
 
 @pytest.mark.slow
