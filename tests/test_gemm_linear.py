@@ -248,7 +248,8 @@ def test_packed_decode_knob_off_restores_the_tiles(tmp_path: Path, default_unit,
                                                   dtype: torch.dtype):
     """A packed weight at decode sizes streams its panels (bf16: lin_packed_gemv in the AVX2 unit,
     lin_packed_gemv_dp in the AVX512 unit on a CPU with AVX512-BF16; fp32: lin_packed_gemv in the
-    AVX512 unit); the knob at 0 sends it to lin_tiled. Both exact on exact inputs (full panels, a
+    AVX512 unit); the knob at 0 sends it to the tiles (lin_tiled, or lin_tiled_groups from
+    LINEAR_TILE_PACKED_MIN_ROWS rows). Both exact on exact inputs (full panels, a
     narrower last one, odd K, up to 8 rows), both within the fp32-sum bound on continuous data, and
     at M = 1 their bits differ there (other sums: the knob does what it says)."""
     if knob == "LINEAR_PACKED_DP_ROWS" and "avx512_bf16" not in cpu_flags():
