@@ -579,3 +579,5 @@ def test_tier_sweep_rounds_go_through_every_order_of_the_tiers():
     for t in tiers:
         assert sorted(r.index(t) for r in rounds) == [0, 0, 1, 1, 2, 2]
         assert sorted(r[r.index(t) - 1] for r in rounds if r.index(t) > 0) == sorted(2 * [o for o in tiers if o != t])
+    # the sweep's default three rounds alone already run every tier in every position once
+    assert all(sorted(r[pos] for r in rounds[:3]) == sorted(tiers) for pos in range(3))

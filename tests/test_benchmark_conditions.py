@@ -5,6 +5,7 @@ side by side in the same rounds)."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -337,3 +338,17 @@ def test_three_sides_follow_each_other_equally_often(pairs):
         assert set(follows.values()) == {2} and len(follows) == 6, follows
     # two sides keep the ABAB order: baseline first, then kernel first
     assert [round_order(r, 1, ("b", "k")) for r in range(4)] == [("b", "k"), ("k", "b")] * 2
+
+
+@pytest.mark.parametrize("sides", [("b", "k", "a"), ("torch", "ours", "floor", "extra")])
+def test_every_aligned_block_of_rounds_puts_each_side_in_each_position_once(sides):
+    """A caller that stops after len(sides) rounds (the tier sweep's three) still runs every side
+    in every position; all len(sides)! rounds give every order once."""
+    from kernel_harness.bench.timing import round_order
+
+    n, total = len(sides), math.factorial(len(sides))
+    orders = [round_order(r, 1, sides) for r in range(total)]
+    assert len(set(orders)) == total
+    for start in range(0, total, n):
+        block = orders[start:start + n]
+        assert all(sorted(o[pos] for o in block) == sorted(sides) for pos in range(n)), block
