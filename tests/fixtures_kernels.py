@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, plan_project, write_project
 
 __all__ = ["CATALOGUE_PACKAGE", "GEMM_OPS", "GEMM_PACKAGE", "build_catalogue_kernel", "catalogue_kernel_dir",
-           "force_tier", "gemm_kernel_dir"]
+           "compile_tier_unit", "edited_unit", "force_tier", "gemm_kernel_dir"]
 
 CATALOGUE_PACKAGE = "harness_catalogue"
 CACHE_ROOT = Path(os.environ.get("KERNEL_HARNESS_TEST_CACHE", Path.home() / ".cache" / "kernel_harness" / "test-kernels"))
@@ -156,11 +157,25 @@ def force_tier(monkeypatch):
     return force
 
 
-def compile_tier_unit(plan, package: str, tier: str, wrapper: str, directory: Path):
+def edited_unit(text: str, knobs: dict[str, str], edits: dict[str, str]) -> str:
+    """``text`` with each knob's ``#define`` set to its value and each text of ``edits``
+    (found exactly once: a mutation that misses its target would prove nothing) replaced."""
+    for knob, value in knobs.items():
+        text, count = re.subn(rf"^#define {knob} .*$", f"#define {knob} {value}", text, flags=re.MULTILINE)
+        assert count == 1, f"#define {knob} found {count} times"
+    for old, new in edits.items():
+        assert text.count(old) == 1, f"edit target found {text.count(old)} times: {old}"
+        text = text.replace(old, new)
+    return text
+
+
+def compile_tier_unit(plan, package: str, tier: str, wrapper: str, directory: Path,
+                      knobs: dict[str, str] | None = None, edits: dict[str, str] | None = None):
     """The planned package's ``tier`` unit, compiled with its build.toml flags next to
     a C ``wrapper`` (which sees ``<package>_tiers.hpp``) and loaded with ctypes: tests
-    call a body directly, without a torch build. Skips where this CPU cannot run the
-    tier, with the missing flags as reason."""
+    call a body directly, without a torch build. ``knobs`` set other values of the unit's
+    #define knobs and ``edits`` mutate its text first (edited_unit). Skips where this CPU
+    cannot run the tier, with the missing flags as reason."""
     import ctypes
     import tomllib
 
@@ -168,9 +183,11 @@ def compile_tier_unit(plan, package: str, tier: str, wrapper: str, directory: Pa
         pytest.skip(skip_reason(tier))
     ns = f"{package}_cpu"
     flags = tomllib.loads(plan.files["build.toml"])["kernel"][f"{ns}_{tier}"]["cxx-flags"]
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{package}_tiers.hpp").write_text(plan.files[f"{ns}/{package}_tiers.hpp"])
     (directory / "cpu_features.hpp").write_text(plan.files[f"{ns}/cpu_features.hpp"])
-    (directory / "unit.cpp").write_text(plan.files[f"{ns}/{package}_{tier}.cpp"])
+    unit = edited_unit(plan.files[f"{ns}/{package}_{tier}.cpp"], knobs or {}, edits or {})
+    (directory / "unit.cpp").write_text(unit)
     (directory / "wrap.cpp").write_text(f'#include "{package}_tiers.hpp"\n{wrapper}\n')
     lib = directory / "unit.so"
     subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib)],

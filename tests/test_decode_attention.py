@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -211,16 +210,11 @@ def _compile_body(tmp_path: Path, tier: str, knobs: dict[str, str] | None = None
     """The generated unit of ``tier`` with its build.toml flags plus a C wrapper, loaded with ctypes;
     ``knobs`` set to other values first (one #define each)."""
     plan = plan_project(_options(tmp_path))
-    unit = f"{NS}/{PACKAGE}_{tier}.cpp"
-    for knob, value in (knobs or {}).items():
-        text, count = re.subn(rf"^#define {knob} .*$", f"#define {knob} {value}", plan.files[unit], flags=re.MULTILINE)
-        assert count == 1, knob
-        plan.files[unit] = text
     wrapper = ('extern "C" void run(int dt, void* o, const void* q, const void* k, const void* v, int64_t B, '
                "int64_t H, int64_t Hkv, int64_t S, int64_t D, const int64_t* ks, const int64_t* vs, double scale) {\n"
                f"  {NS}::{tier}::decode_attention(static_cast<{NS}::DType>(dt), o, q, k, v, B, H, Hkv, S, D, ks, vs, "
                "scale);\n}")
-    return compile_tier_unit(plan, PACKAGE, tier, wrapper, tmp_path)
+    return compile_tier_unit(plan, PACKAGE, tier, wrapper, tmp_path, knobs)
 
 
 def _call_body(lib, q, k, v, scale):

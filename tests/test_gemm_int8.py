@@ -16,6 +16,7 @@ also calls the unit directly, outside torch.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import json
 import shutil
@@ -27,7 +28,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fixtures_kernels import GEMM_PACKAGE
+from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit
 from kernel_harness.correctness import compare_outputs
 from kernel_harness.cpu import cpu_flags, has_isa
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
@@ -276,6 +277,50 @@ def test_avx512_unit_runs_without_avx512_bf16(int8_kernel_dir: Path, tmp_path: P
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, f"exit {run.returncode}: {run.stdout}{run.stderr}"
     assert run.stdout.startswith("0 of ")
+
+
+# ---------------------------------------------------------------- the decode form's order
+
+def _int8_unit(tmp_path: Path, tier: str, knobs: dict[str, str], edits: dict[str, str]):
+    """The ``tier`` unit of a linear_int8-only package, knobs set and edits made, loaded with ctypes."""
+    ns = f"{PACKAGE}_cpu"
+    wrapper = ('extern "C" void run(int dt, void* o, const void* x, const int8_t* q, const float* s, '
+               "const void* b, int64_t m, int64_t n, int64_t k) {\n"
+               f"  {ns}::{tier}::linear_int8(static_cast<{ns}::DType>(dt), o, x, q, s, b, m, n, k);\n}}")
+    return compile_tier_unit(plan_project(_options(tmp_path)), PACKAGE, tier, wrapper, tmp_path, knobs, edits)
+
+
+def _run_unit(lib, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(x.shape[0], q.shape[0], dtype=x.dtype)
+    dt = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
+    ptrs = [ctypes.c_void_p(t.data_ptr()) for t in (out, x, q, s)]
+    lib.run(dt, *ptrs, None, *[ctypes.c_int64(v) for v in (x.shape[0], q.shape[0], x.shape[1])])
+    return out
+
+
+def test_avx512_decode_reads_the_weight_rows_in_turn_up_to_the_knob(tmp_path: Path):
+    """In the AVX512 unit a decode block reads its weight rows one after the other (li_rows_in_turn)
+    up to LINEAR_INT8_SEQ_DIGIT_ROWS digit rows, and from there on (or with the knob at 0) the
+    4 x 4 tiles. Both sum exactly, so the bits cannot tell: a unit whose row-at-a-time form reads
+    the digit rows in reverse order (the top level's sum weighted as the last's) must go wrong at
+    M = 1 in bf16 (two levels: 2 digit rows) and fp32 (3), stay exact at M = 2 in bf16 (4 digit
+    rows: the tiles), and stay exact everywhere with the knob at 0."""
+    mutation = {"a[i][u] = vimadd(viload(d + i * ldd + k + u * WI), wv, a[i][u]);":
+                "a[i][u] = vimadd(viload(d + (VR - 1 - i) * ldd + k + u * WI), wv, a[i][u]);"}
+    mutant = _int8_unit(tmp_path / "on", "avx512", {}, mutation)
+    off = _int8_unit(tmp_path / "off", "avx512", {"LINEAR_INT8_SEQ_DIGIT_ROWS": "0"}, mutation)
+    gen = torch.Generator().manual_seed(5)
+    for m, dtype, in_turn in ((1, torch.bfloat16, True), (1, torch.float32, True), (2, torch.bfloat16, False)):
+        x = torch.randn(m, 2048 + 96, generator=gen).to(dtype)  # two chunks of K, the second short
+        q = torch.randint(-127, 128, (9, x.shape[1]), dtype=torch.int8, generator=gen)
+        s = 0.01 * torch.rand(9, generator=gen) + 0.001
+        ref = (x.double() @ (q.double() * s.double()[:, None]).T).to(dtype)
+        assert torch.equal(_run_unit(off, x, q, s), ref), f"M={m} {dtype}: the knob at 0 still read rows in turn"
+        got = _run_unit(mutant, x, q, s)
+        if in_turn:
+            assert not torch.equal(got, ref), f"M={m} {dtype}: the rows were not read in turn"
+        else:
+            assert torch.equal(got, ref), f"M={m} {dtype}: read rows in turn past the knob's digit rows"
 
 
 # ---------------------------------------------------------------- the procedure's strict check, through the CLI

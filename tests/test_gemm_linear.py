@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -202,20 +201,11 @@ def _linear_unit(tmp_path: Path, tier: str, knobs: dict[str, str], edits: dict[s
     """The ``tier`` unit of a linear-only package with ``knobs`` set (and each text of ``edits``,
     found exactly once, replaced), compiled and loaded with ctypes (compile_tier_unit: skipped
     where this CPU cannot run the tier)."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
     plan = plan_project(_options(tmp_path))
-    unit = f"{PACKAGE}_cpu/{PACKAGE}_{tier}.cpp"
-    for knob, value in knobs.items():
-        plan.files[unit], count = re.subn(rf"^#define {knob} .*$", f"#define {knob} {value}", plan.files[unit],
-                                          flags=re.MULTILINE)
-        assert count == 1, knob
-    for old, new in (edits or {}).items():
-        assert plan.files[unit].count(old) == 1, old
-        plan.files[unit] = plan.files[unit].replace(old, new)
     ns = f"{PACKAGE}_cpu"
     wrapper = ('extern "C" void run(int dt, void* o, const void* x, const void* w, const void* b, int64_t m, '
                f"int64_t n, int64_t k) {{\n  {ns}::{tier}::linear(static_cast<{ns}::DType>(dt), o, x, w, b, true, m, n, k);\n}}")
-    return compile_tier_unit(plan, PACKAGE, tier, wrapper, tmp_path)
+    return compile_tier_unit(plan, PACKAGE, tier, wrapper, tmp_path, knobs, edits)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures_kernels import edited_unit
 from kernel_harness.errors import UsageError
 from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, generate_project, plan_project
 from kernel_harness.validate import validate_kernel
@@ -310,11 +311,7 @@ def build_knob_variant(tmp_path: Path, ops: tuple[str, ...], knobs: dict[str, st
         pytest.skip("scripts/build_kernel.py does not exist yet")
     d = make(tmp_path, ops, name="knob_kernel")
     for path in sorted((d / "knob_kernel_cpu").glob("knob_kernel_avx*.cpp")):
-        text = path.read_text()
-        for knob, value in knobs.items():
-            text, count = re.subn(rf"^#define {knob} .*$", f"#define {knob} {value}", text, flags=re.MULTILINE)
-            assert count == 1, knob
-        path.write_text(text)
+        path.write_text(edited_unit(path.read_text(), knobs, {}))
     build = subprocess.run(load_config().build_command, shell=True, cwd=d, capture_output=True, text=True, timeout=1800)
     assert build.returncode == 0, build.stdout + build.stderr
     return d

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures_kernels import edited_unit
 from kernel_harness.config import load_config
 from kernel_harness.cpu import has_isa
 from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
@@ -200,11 +201,7 @@ def _simd_units(directory: Path) -> list[Path]:
 def _set_knobs(directory: Path, knobs: dict[str, str]) -> None:
     """Rewrite one `#define NAME value` line per knob in every SIMD unit (the trial's one-line edit)."""
     for unit in _simd_units(directory):
-        text = unit.read_text()
-        for name, value in knobs.items():
-            text, count = re.subn(rf"^#define {name} .*$", f"#define {name} {value}", text, flags=re.M)
-            assert count == 1, f"{unit.name}: expected exactly one `#define {name}` line, found {count}"
-        unit.write_text(text)
+        unit.write_text(edited_unit(unit.read_text(), knobs, {}))
 
 
 @pytest.fixture(scope="module")
