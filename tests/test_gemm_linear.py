@@ -203,8 +203,10 @@ def _linear_unit(tmp_path: Path, tier: str, knobs: dict[str, str], edits: dict[s
     where this CPU cannot run the tier)."""
     plan = plan_project(_options(tmp_path))
     ns = f"{PACKAGE}_cpu"
-    wrapper = ('extern "C" void run(int dt, void* o, const void* x, const void* w, const void* b, int64_t m, '
-               f"int64_t n, int64_t k) {{\n  {ns}::{tier}::linear(static_cast<{ns}::DType>(dt), o, x, w, b, true, m, n, k);\n}}")
+    wrapper = "".join(
+        f'extern "C" void {name}(int dt, void* o, const void* x, const void* w, const void* b, int64_t m, '
+        f"int64_t n, int64_t k) {{\n  {ns}::{tier}::linear(static_cast<{ns}::DType>(dt), o, x, w, b, {packed}, m, n, k);\n}}\n"
+        for name, packed in (("run", "true"), ("run_plain", "false")))
     return compile_tier_unit(plan, PACKAGE, tier, wrapper, tmp_path, knobs, edits)
 
 
@@ -221,12 +223,14 @@ def default_unit(tmp_path_factory):
     return get
 
 
-def _run_packed(lib, x, w, b):
+def _run_packed(lib, x, w, b, packed: bool = True):
+    """The unit's linear on x and w (packed into prepack's layout first, or plain with packed False)."""
     out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype)
-    wp = _packed(w).contiguous()
+    wp = _packed(w).contiguous() if packed else w
     ptr = lambda t: ctypes.c_void_p(None if t is None else t.data_ptr())  # noqa: E731
     dt = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
-    lib.run(dt, ptr(out), ptr(x), ptr(wp), ptr(b), *[ctypes.c_int64(v) for v in (x.shape[0], w.shape[0], x.shape[1])])
+    run = lib.run if packed else lib.run_plain
+    run(dt, ptr(out), ptr(x), ptr(wp), ptr(b), *[ctypes.c_int64(v) for v in (x.shape[0], w.shape[0], x.shape[1])])
     return out
 
 
@@ -289,13 +293,40 @@ def test_avx2_packed_weight_at_4_to_6_rows_takes_the_two_pass_paths(tmp_path: Pa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tier, knobs", [("avx2", ("LINEAR_WIDE_PREFETCH", "LINEAR_PACKED_PREFETCH_BYTES")),
-                                         ("avx512", ("LINEAR_PACKED_PREFETCH_BYTES",))])
-def test_packed_panel_prefetch_knobs_at_0_take_their_prefetches_out(tmp_path: Path, default_unit, tier: str,
+def test_avx512_bf16_dot_path_streams_up_to_the_dp_rows_one_weight_row_at_a_time(tmp_path: Path):
+    """On a CPU with AVX512-BF16 the avx512 unit's dot path takes bf16 with the plain weight one
+    weight row at a time (lin_gemv_seq) up to LINEAR_GEMV_SEQ_ROWS_DP rows of x, and in blocks of
+    LINEAR_GEMV_ROWS rows from there on. Both sum in k order, so the bits cannot tell: a unit whose
+    row-at-a-time VDPBF16PS loop reads x's first row for every row must go wrong from M = 2 to 4
+    (x's first row stays right) and stay exact at M = 5; with the knob at 2 it stays exact at
+    M = 3 and 4 too."""
+    if not has_isa("avx512") or "avx512_bf16" not in cpu_flags():
+        pytest.skip("this CPU lacks avx512_bf16: the avx512 unit's dot path takes no VDPBF16PS here")
+    mutation = {"const __m512i xv = _mm512_loadu_si512(x + i * k + kk + u * 2 * W);":
+                "const __m512i xv = _mm512_loadu_si512(x + kk + u * 2 * W);"}
+    mutant = _linear_unit(tmp_path / "four", "avx512", {}, mutation)
+    two = _linear_unit(tmp_path / "two", "avx512", {"LINEAR_GEMV_SEQ_ROWS_DP": "2"}, mutation)
+    for lib, seq_rows in ((mutant, 4), (two, 2)):
+        for m in range(1, 6):
+            x, w, b = _case(m, 70, 300, torch.bfloat16, seed=m)
+            got, ref = _run_packed(lib, x, w, b, packed=False), _reference(x, w, b)
+            assert torch.equal(got[:1], ref[:1]), f"M={m}: x's first row went wrong"
+            if 2 <= m <= seq_rows:
+                assert not torch.equal(got, ref), f"M={m}, rows knob {seq_rows}: lin_gemv_seq did not run"
+            else:
+                assert torch.equal(got, ref), f"M={m}, rows knob {seq_rows}: lin_gemv_seq ran past its rows"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tier, knobs", [("avx2", ("LINEAR_WIDE_PREFETCH", "LINEAR_PACKED_PREFETCH_BYTES",
+                                                   "LINEAR_SEQ_NTA_BYTES")),
+                                         ("avx512", ("LINEAR_PACKED_PREFETCH_BYTES", "LINEAR_SEQ_NTA_BYTES"))])
+def test_linear_prefetch_knobs_at_0_take_their_prefetches_out(tmp_path: Path, default_unit, tier: str,
                                                                      knobs: tuple[str, ...]):
-    """The packed panels' software prefetches (LINEAR_WIDE_PREFETCH: lin_tile_wide's next chunk;
-    LINEAR_PACKED_PREFETCH_BYTES: lin_packed_gemv(_dp)'s stream) are in the unit's machine code,
-    and the knobs at 0 take them out without changing a bit of the results."""
+    """The software prefetches of the packed panels (LINEAR_WIDE_PREFETCH: lin_tile_wide's next
+    chunk; LINEAR_PACKED_PREFETCH_BYTES: lin_packed_gemv(_dp)'s stream) and of lin_gemv_seq's
+    plain weight (LINEAR_SEQ_NTA_BYTES) are in the unit's machine code, and the knobs at 0 take
+    them out without changing a bit of the results."""
     from kernel_harness.build.machine_code import prefetch_counts
 
     off = _linear_unit(tmp_path, tier, dict.fromkeys(knobs, "0"))
@@ -307,6 +338,9 @@ def test_packed_panel_prefetch_knobs_at_0_take_their_prefetches_out(tmp_path: Pa
     for m, dtype in ((1, torch.bfloat16), (3, torch.bfloat16), (4, torch.float32), (8, torch.float32)):
         x, w, b = _case(m, 96, 300, dtype, seed=m)
         assert torch.equal(_run_packed(on, x, w, b), _run_packed(off, x, w, b)), f"{tier} M={m} {dtype}"
+    for m in (2, 4):  # the plain weight's lin_gemv_seq, x's rows past LINEAR_SEQ_NTA_MIN_X_KIB
+        x, w, b = _case(m, 40, 4096 + 40, torch.bfloat16, seed=m)
+        assert torch.equal(_run_packed(on, x, w, b, packed=False), _run_packed(off, x, w, b, packed=False)), m
 
 
 # ---------------------------------------------------------------- refusals

@@ -151,6 +151,11 @@ def gemm_path(dtype: str, m: int | None, machine: MachineProfile) -> tuple[str, 
                "prefetchers follow less far (1.3-1.45x the floor at M = 4, Zen 5), while k-major panels of 32 "
                "columns (the catalogue's prepack) are one sequential stream per thread, each panel row serving "
                "every row of x by broadcasts (1.0-1.2x at M = 1-8; examples/linear/README.md). " + why)
+        if path == "avx512-bf16-dot":
+            why += ("; a plain weight read one row at a time is one stream too, but every weight row rereads all "
+                    "rows of x: once they pass ~16 KiB, prefetch the weight non-temporal (prefetchnta, ~4 KiB "
+                    "ahead) so its lines leave the L1 first (M = 3-4, K = 4096: 1.0-1.1x the floor against "
+                    "1.2-1.3x for row blocks, and 2x without the hint)")
         if path == "avx2-fma":
             why += ("; when the rows' sums outgrow the 16 ymm registers (4 rows x 32 columns = 16), run the rows "
                     "in passes over chunks of K that stay in L1 and let the last pass prefetch the next chunk, "
