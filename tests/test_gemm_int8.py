@@ -298,29 +298,34 @@ def _run_unit(lib, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.T
     return out
 
 
-def test_avx512_decode_reads_the_weight_rows_in_turn_up_to_the_knob(tmp_path: Path):
+def test_avx512_decode_reads_the_weight_rows_in_turn_within_the_knobs(tmp_path: Path):
     """In the AVX512 unit a decode block reads its weight rows one after the other (li_rows_in_turn)
-    up to LINEAR_INT8_SEQ_DIGIT_ROWS digit rows, and from there on (or with the knob at 0) the
-    4 x 4 tiles. Both sum exactly, so the bits cannot tell: a unit whose row-at-a-time form reads
-    the digit rows in reverse order (the top level's sum weighted as the last's) must go wrong at
-    M = 1 in bf16 (two levels: 2 digit rows) and fp32 (3), stay exact at M = 2 in bf16 (4 digit
-    rows: the tiles), and stay exact everywhere with the knob at 0."""
+    when its digit rows number at most LINEAR_INT8_SEQ_DIGIT_ROWS (2) and take at most
+    LINEAR_INT8_SEQ_DIGIT_KIB (16 KiB), and otherwise (or with the rows knob at 0) the 4 x 4
+    tiles. Both sum exactly, so the bits cannot tell: a unit whose row-at-a-time form reads the
+    digit rows in reverse order (the top level's sum weighted as the last's) must go wrong at
+    M = 1 in bf16 (two levels: 2 digit rows, 8.6 KiB) and stay exact where the tiles run: fp32
+    M = 1 (3 digit rows), bf16 M = 2 (4), bf16 M = 1 at K = 4192 (16.4 KiB of digits), and
+    everywhere with the knob at 0."""
     mutation = {"a[i][u] = vimadd(viload(d + i * ldd + k + u * WI), wv, a[i][u]);":
                 "a[i][u] = vimadd(viload(d + (VR - 1 - i) * ldd + k + u * WI), wv, a[i][u]);"}
     mutant = _int8_unit(tmp_path / "on", "avx512", {}, mutation)
     off = _int8_unit(tmp_path / "off", "avx512", {"LINEAR_INT8_SEQ_DIGIT_ROWS": "0"}, mutation)
     gen = torch.Generator().manual_seed(5)
-    for m, dtype, in_turn in ((1, torch.bfloat16, True), (1, torch.float32, True), (2, torch.bfloat16, False)):
-        x = torch.randn(m, 2048 + 96, generator=gen).to(dtype)  # two chunks of K, the second short
-        q = torch.randint(-127, 128, (9, x.shape[1]), dtype=torch.int8, generator=gen)
+    cases = ((1, torch.bfloat16, 2048 + 96, True), (1, torch.float32, 2048 + 96, False),
+             (2, torch.bfloat16, 2048 + 96, False), (1, torch.bfloat16, 4096 + 96, False))
+    for m, dtype, k, in_turn in cases:
+        x = torch.randn(m, k, generator=gen).to(dtype)  # K: whole chunks of 2048, then a short one
+        q = torch.randint(-127, 128, (9, k), dtype=torch.int8, generator=gen)
         s = 0.01 * torch.rand(9, generator=gen) + 0.001
         ref = (x.double() @ (q.double() * s.double()[:, None]).T).to(dtype)
-        assert torch.equal(_run_unit(off, x, q, s), ref), f"M={m} {dtype}: the knob at 0 still read rows in turn"
+        where = f"M={m} K={k} {dtype}"
+        assert torch.equal(_run_unit(off, x, q, s), ref), f"{where}: the knob at 0 still read rows in turn"
         got = _run_unit(mutant, x, q, s)
         if in_turn:
-            assert not torch.equal(got, ref), f"M={m} {dtype}: the rows were not read in turn"
+            assert not torch.equal(got, ref), f"{where}: the rows were not read in turn"
         else:
-            assert torch.equal(got, ref), f"M={m} {dtype}: read rows in turn past the knob's digit rows"
+            assert torch.equal(got, ref), f"{where}: read rows in turn past the knobs' limits"
 
 
 # ---------------------------------------------------------------- the procedure's strict check, through the CLI

@@ -335,10 +335,13 @@ def test_linear_prefetch_knobs_at_0_take_their_prefetches_out(tmp_path: Path, de
     if None in counts.values():
         pytest.skip("objdump (binutils) cannot read the units here")
     assert counts["on"][tier] > counts["off"][tier], f"{tier}: {knobs} at 0 left the prefetch count at {counts}"
+    # lin_gemv_seq's hint is the unit's only prefetchnta: present, and gone with LINEAR_SEQ_NTA_BYTES at 0
+    nta = {what: prefetch_counts(Path(lib._name), "prefetchnta")[tier] for what, lib in (("on", on), ("off", off))}
+    assert nta["on"] > 0 and nta["off"] == 0, f"{tier}: prefetchnta counts {nta}"
     for m, dtype in ((1, torch.bfloat16), (3, torch.bfloat16), (4, torch.float32), (8, torch.float32)):
         x, w, b = _case(m, 96, 300, dtype, seed=m)
         assert torch.equal(_run_packed(on, x, w, b), _run_packed(off, x, w, b)), f"{tier} M={m} {dtype}"
-    for m in (2, 4):  # the plain weight's lin_gemv_seq, x's rows past LINEAR_SEQ_NTA_MIN_X_KIB
+    for m in (2, 4):  # the plain weight, x's rows past LINEAR_SEQ_NTA_MIN_X_KIB (lin_gemv_seq where it runs)
         x, w, b = _case(m, 40, 4096 + 40, torch.bfloat16, seed=m)
         assert torch.equal(_run_packed(on, x, w, b, packed=False), _run_packed(off, x, w, b, packed=False)), m
 

@@ -25,9 +25,11 @@ def _tier_of(symbol_line: str) -> str:
     return next((tier for tier, marker in _TIER_MARKERS if marker in symbol_line), "other")
 
 
-def prefetch_counts(library: Path) -> dict[str, int] | None:
+def prefetch_counts(library: Path, mnemonic: str = "prefetch") -> dict[str, int] | None:
     """Prefetch instructions in ``library`` by tier namespace ("avx2", "avx512",
-    "other"); None when objdump (binutils) is not installed or cannot read it."""
+    "other"); None when objdump (binutils) is not installed or cannot read it.
+    ``mnemonic`` narrows the count to one kind (``"prefetchnta"``: the
+    non-temporal hints only; the default counts every prefetch)."""
     objdump = shutil.which("objdump")
     if objdump is None:
         return None
@@ -41,7 +43,7 @@ def prefetch_counts(library: Path) -> dict[str, int] | None:
     for line in listing.splitlines():
         if line.endswith(">:"):  # a function's first line, with its mangled name
             tier = _tier_of(line)
-        elif "\tprefetch" in line:
+        elif f"\t{mnemonic}" in line:
             counts[tier] += 1
     return counts
 
