@@ -207,6 +207,7 @@ def test_gemm_path_by_m(dtype: str, m: int, amx: bool, path: str) -> None:
         assert "avx512-bf16-dot" in strategy["references"]
     # at decode sizes with VDPBF16PS the plain weight's one-row-at-a-time stream needs x kept in L1
     assert ("prefetchnta" in strategy["gemm"]["why"]) == (path == "avx512-bf16-dot" and m <= 8)
+    assert ("nta-prefetch-read-once-stream" in strategy["references"]) == (m <= 8)
 
 
 def test_gemm_advice_follows_the_tier_and_streams_the_weight_at_decode_sizes() -> None:

@@ -393,6 +393,23 @@ def _software_prefetch(entry, lib):
         assert np.array_equal(out, table[idx])
 
 
+@check("nta_prefetch")
+def _nta_prefetch(entry, lib):
+    rng = np.random.default_rng(11)
+    for n, k in ((7, 16), (33, 4096), (5, 8192 + 48)):
+        x = rng.standard_normal((2, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        expected = x.astype(np.float64) @ w.T.astype(np.float64)
+        outs = []
+        for nta in (0, 4096):
+            y = np.empty((2, n), np.float32)
+            lib("gemv2_c", y, x, w, n, k, nta)
+            outs.append(y)
+        assert np.array_equal(outs[0], outs[1])  # the hint changes no bit
+        bound = 1e-6 * k * (np.abs(x).astype(np.float64) @ np.abs(w).T.astype(np.float64)) + 1e-30
+        assert np.all(np.abs(outs[0] - expected) <= bound)
+
+
 def fp32_rms_norm_case(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Standard-normal fp32 x (rows x cols) and weight, and torch's rms_norm of them (eps 1e-6)."""
     import torch
@@ -984,7 +1001,8 @@ def test_promised_ids_exist_in_their_files():
 
 # The machines numbers were measured on (their /proc/cpuinfo model name plus CPUID family/model);
 # README.md describes each. Re-measuring on another machine means naming it here and there.
-MEASURED_ON = ("Intel(R) Xeon(R) Processor (family 6 model 207", "(Ice Lake server, family 6 model 106")
+MEASURED_ON = ("Intel(R) Xeon(R) Processor (family 6 model 207", "(Ice Lake server, family 6 model 106",
+               "AMD EPYC (family 26 model 2")
 
 
 def test_every_measurement_is_filled_in_and_names_the_machine():

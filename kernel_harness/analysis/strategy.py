@@ -28,6 +28,7 @@ KNOWN_REFERENCE_IDS: frozenset[str] = frozenset(
         "amx-tile-config", "amx-linux-permission", "cpublas-brgemm", "vnni-packing",
         "int8-dequant-gemm", "int8-dequant-gemm-avx2-exact", "int4-dequant-gemm", "level-vectorize", "level-threading",
         "level-memory-traffic", "level-fusion", "level-algorithm", "online-softmax-merge", "bf16-correct-rounding",
+        "nta-prefetch-read-once-stream",
     }
 )
 
@@ -224,6 +225,8 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
                          "(examples/linear/README.md)")
         if path == "amx-brgemm":
             refs += ["amx-tile-config", "amx-linux-permission", "vnni-packing"]
+        if m is not None and m <= STREAM_MAX_M:
+            refs.append("nta-prefetch-read-once-stream")  # the weight streams past the rows of x it rereads
         if path == "avx512-bf16-dot" or dtype == "bf16":
             refs += ["avx512-bf16-dot", "vnni-packing"]
         if path in ("avx2-fma", "avx512-fma") and dtype == "bf16":

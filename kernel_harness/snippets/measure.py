@@ -119,7 +119,7 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 KEYS: tuple[str, ...] = (
     "dot_accumulators", "stream_prefetch", "gather_prefetch", "nt_stores", "first_touch", "single_pass",
     "row_pipelining", "output_prefetch", "cache_blocking", "omp_rows", "omp_threshold", "bf16_dot", "bf16_fp16_accumulate", "ziv",
-    "gemm", "quant_gemv", "vectorize", "fusion",
+    "gemm", "quant_gemv", "vectorize", "fusion", "nta_stream",
 )
 
 
@@ -448,6 +448,23 @@ def run_all(only: set[str] | None = None) -> list[Measurement]:
                 vals[f"{rows}x{d}_speedup"] = tu / tf
                 vals[f"{rows}x{d}_vs_torch"] = tt / tf
             results.append(Measurement("fusion", "level-fusion", "silu_and_mul fused vs unfused, 1 thread", vals))
+        if want("nta_stream"):
+            L = lib("nta-prefetch-read-once-stream")
+            vals = {}
+            for k in (2048, 4096, 8192):
+                n = (1 << 26) // k  # 256 MiB of fp32 weight: every call reads it from memory
+                x = rng.standard_normal((2, k)).astype(np.float32)
+                w = np.ones((n, k), np.float32)
+                y = np.empty((2, n), np.float32)
+                med = interleaved_medians({"off": lambda: L("gemv2_c", y, x, w, n, k, 0),
+                                           "on": lambda: L("gemv2_c", y, x, w, n, k, 4096)}, rounds=10)
+                vals[f"K{k}_x_KiB"] = 2 * k * 4 / 1024
+                vals[f"K{k}_off_GBps"] = 4 * n * k / med["off"] / 1e9
+                vals[f"K{k}_on_GBps"] = 4 * n * k / med["on"] / 1e9
+                vals[f"K{k}_speedup"] = med["off"] / med["on"]
+                del w
+            results.append(Measurement("nta_stream", "nta-prefetch-read-once-stream",
+                                       "two-row fp32 GEMV over a 256 MiB weight, 1 thread", vals))
     finally:
         torch.set_num_threads(threads_before)
     return results
