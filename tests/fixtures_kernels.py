@@ -31,7 +31,7 @@ from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, plan_project, write_project
 
 __all__ = ["CATALOGUE_PACKAGE", "GEMM_OPS", "GEMM_PACKAGE", "build_catalogue_kernel", "catalogue_kernel_dir",
-           "compile_tier_unit", "edited_unit", "force_tier", "gemm_kernel_dir"]
+           "compile_tier_unit", "dtype_code", "edited_unit", "force_tier", "gemm_kernel_dir"]
 
 CATALOGUE_PACKAGE = "harness_catalogue"
 CACHE_ROOT = Path(os.environ.get("KERNEL_HARNESS_TEST_CACHE", Path.home() / ".cache" / "kernel_harness" / "test-kernels"))
@@ -155,6 +155,14 @@ def force_tier(monkeypatch):
         monkeypatch.setenv("KERNEL_CPU_ISA", tier)
 
     return force
+
+
+def dtype_code(dtype) -> int:
+    """The generated units' ``DType`` value for a torch dtype (tiers.hpp: F32 = 0, BF16 = 1,
+    F16 = 2), for tests that call a unit's body through ctypes."""
+    import torch
+
+    return {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[dtype]
 
 
 def edited_unit(text: str, knobs: dict[str, str], edits: dict[str, str]) -> str:

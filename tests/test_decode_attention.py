@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit
+from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit, dtype_code
 from kernel_harness.scaffold import ScaffoldOptions, plan_project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,7 +223,7 @@ def _call_body(lib, q, k, v, scale):
     ks = (ctypes.c_int64 * 3)(*k.stride()[:3])
     vs = (ctypes.c_int64 * 3)(*v.stride()[:3])
     ptr = lambda t: ctypes.c_void_p(t.data_ptr())  # noqa: E731
-    dt = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[q.dtype]
+    dt = dtype_code(q.dtype)
     lib.run(dt, ptr(out), ptr(q), ptr(k), ptr(v), *[ctypes.c_int64(n) for n in (B, H, k.shape[1], k.shape[2], D)],
             ks, vs, ctypes.c_double(scale))
     return out

@@ -28,7 +28,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit
+from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit, dtype_code
 from kernel_harness.correctness import compare_outputs
 from kernel_harness.cpu import cpu_flags, has_isa
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
@@ -292,7 +292,7 @@ def _int8_unit(tmp_path: Path, tier: str, knobs: dict[str, str], edits: dict[str
 
 def _run_unit(lib, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape[0], q.shape[0], dtype=x.dtype)
-    dt = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
+    dt = dtype_code(x.dtype)
     ptrs = [ctypes.c_void_p(t.data_ptr()) for t in (out, x, q, s)]
     lib.run(dt, *ptrs, None, *[ctypes.c_int64(v) for v in (x.shape[0], q.shape[0], x.shape[1])])
     return out

@@ -28,7 +28,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit
+from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit, dtype_code
 from kernel_harness.cpu import cpu_flags, cpu_vendor, has_isa, skip_reason
 from kernel_harness.paths import SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
@@ -228,7 +228,7 @@ def _run_packed(lib, x, w, b, packed: bool = True):
     out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype)
     wp = _packed(w).contiguous() if packed else w
     ptr = lambda t: ctypes.c_void_p(None if t is None else t.data_ptr())  # noqa: E731
-    dt = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
+    dt = dtype_code(x.dtype)
     run = lib.run if packed else lib.run_plain
     run(dt, ptr(out), ptr(x), ptr(wp), ptr(b), *[ctypes.c_int64(v) for v in (x.shape[0], w.shape[0], x.shape[1])])
     return out
