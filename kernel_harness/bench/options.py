@@ -113,6 +113,8 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
     timing_skipped: str | None = None
     dispatch_violations: list[str] = field(default_factory=list)
+    # lags above the tolerance whose interval reaches below it (sweep.lag_verdict)
+    dispatch_undecided: list[str] = field(default_factory=list)
     load_average: float | None = None
     # what the run measured under (see conditions.py) and whether it can be trusted
     conditions: dict[str, Any] = field(default_factory=dict)

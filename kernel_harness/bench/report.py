@@ -6,7 +6,7 @@ Stable JSON keys (``trial_manager.py result --from-json`` reads ``correct``,
 ``tiers``, ``acceptance_rule``, ``aten_ops``, ``versions``, ``machine``; plus
 ``speedup_ci``, ``speedup_verdict``, ``baseline_cached``, ``tolerances``,
 ``oracle``, ``delegation``, ``throughput``, ``timing``, ``input_sets``,
-``dispatch_violations``, ``notes``, ``crash``; plus (issue 19) ``conditions`` (CPU,
+``dispatch_violations``, ``dispatch_undecided``, ``notes``, ``crash``; plus (issue 19) ``conditions`` (CPU,
 tiers, the tier that ran, threads, pinning, load before/after, ``oversubscribed``,
 ``omp_wait_policy`` and what the run measured of its machine), ``reliable`` and
 ``unreliable_reasons``, ``kernel_build`` (the loaded op namespace and its content
@@ -129,6 +129,7 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         "pinned_detail": result.pinned_detail,
         "tiers": result.tiers or None,
         "dispatch_violations": result.dispatch_violations,
+        "dispatch_undecided": result.dispatch_undecided,
         "acceptance_rule": result.acceptance_rule,
         "tolerances": result.tolerances,
         "widened": {"atol": o.atol, "rtol": o.rtol} if result.widened else None,
@@ -245,6 +246,8 @@ def print_report(payload: dict[str, Any], console: Console) -> None:
         _print_tiers(payload, console)
     for v in payload["dispatch_violations"]:
         console.print(f"[bold red]dispatch lags:[/bold red] {v}")
+    for v in payload["dispatch_undecided"]:
+        console.print(f"[yellow]dispatch lag undecided:[/yellow] {v}")
     for note in payload["notes"]:
         console.print(f"note: {note}")
     for warning in (payload.get("coverage") or {}).get("warnings", []):

@@ -28,6 +28,17 @@ checks many sets, so some intervals miss by chance: a violation seen in three
 rounds is re-timed, the picked against the fastest tier only, for
 ``CONFIRM_ROUNDS`` more before it is reported (``confirm_rounds`` in the
 entry).  ``--cold`` keeps its meaning here: all sets of a round drawn first.
+
+The tolerance is part of the decision, so the interval is held against it,
+not against 1.0 alone (``lag_verdict``): a lag is a violation only when the
+whole interval lies above the tolerance.  When the median lag exceeds the
+tolerance but the interval reaches below it (a 3x13 int8 linear on a Zen 4
+EPYC read avx512 5.3 % behind avx2, interval 1.6-9.7 %, against a 5 %
+tolerance: 10.5 against 9.9 us), the two tiers get up to
+``CONFIRM_BATCHES`` batches of confirmation rounds; a lag still undecided
+after them is reported as undecided (``dispatch_undecided``, with the
+interval) and does not fail ``--assert-dispatch``, since failing it would
+rest on a difference smaller than the measurement's own interval.
 """
 
 from __future__ import annotations
@@ -47,6 +58,8 @@ SWEEP_ROUND_BUDGET_S = 0.5
 STEADY_MAX_BYTES = 512 * 1024
 #: Extra rounds, of the picked and the fastest tier only, that confirm a violation.
 CONFIRM_ROUNDS = 8
+#: At most this many batches of CONFIRM_ROUNDS while a lag stays undecided.
+CONFIRM_BATCHES = 3
 
 
 def sweep_calls(t_call_ns: float, gen_ns: float) -> int:
@@ -75,17 +88,39 @@ def sweep_tiers(session: Session, sets: list[InputSet]) -> None:
         n = _calls_per_round(s, x, tiers, steady)
         _time_rounds(s, x, tiers, o.sweep_rounds, n, steady, meas)
         entry = _judge(s, x, pick, meas, steady)
-        if "violation" in entry:
-            # three rounds cannot carry a 95 % interval (their bootstrap has ten distinct
-            # resamples): re-time the two tiers in question before calling it a violation
+        batches = 0
+        # three rounds cannot carry a 95 % interval (their bootstrap has ten distinct
+        # resamples): re-time the two tiers in question before calling it a violation,
+        # and keep re-timing while the interval straddles the tolerance
+        while (("violation" in entry and batches == 0) or "undecided" in entry) and batches < CONFIRM_BATCHES:
             _time_rounds(s, x, [pick, entry["fastest"]], CONFIRM_ROUNDS, n, steady, meas)
+            batches += 1
             entry = _judge(s, x, pick, meas, steady)
-            entry["confirm_rounds"] = CONFIRM_ROUNDS
+            entry["confirm_rounds"] = CONFIRM_ROUNDS * batches
         if "violation" in entry:
             r.dispatch_violations.append(entry.pop("violation"))
+        if "undecided" in entry:
+            r.dispatch_undecided.append(entry.pop("undecided"))
         table.append(entry)
     s.set_tier(None)
     r.tiers = {"swept": tiers, "by_input_set": table, "tolerance_pct": o.dispatch_tolerance_pct}
+
+
+def lag_verdict(lag_pct: float, ci_pct: tuple[float, float] | None, tolerance_pct: float) -> str:
+    """Whether the picked tier's lag behind the fastest breaks the tolerance.
+
+    ``ok``: the median lag is within the tolerance.  ``violation``: the whole
+    interval lies above the tolerance (no interval, as with fewer than three
+    rounds: the median alone decides, the old rule).  ``undecided``: the
+    median is above it and the interval above zero but reaching below the
+    tolerance.  ``noise``: the median is above it but the interval includes
+    no lag at all.
+    """
+    if lag_pct <= tolerance_pct:
+        return "ok"
+    if ci_pct is None or ci_pct[0] > tolerance_pct:
+        return "violation"
+    return "undecided" if ci_pct[0] > 0.0 else "noise"
 
 
 def _calls_per_round(s: Session, x: InputSet, tiers: list[str], steady: bool) -> int:
@@ -137,11 +172,16 @@ def _judge(s: Session, x: InputSet, pick: str | None, meas: dict[str, stats.Meas
     ratio = stats.speedup(meas[pick], meas[fastest["tier"]], seed=s.rng.randrange(2**31), floor=0.0)
     entry["dispatch_lag_ci_pct"] = ([round(100 * (ratio.ci_low - 1), 2), round(100 * (ratio.ci_high - 1), 2)]
                                     if ratio.ci_low is not None and ratio.ci_high is not None else None)
-    separated = ratio.ci_low is None or ratio.ci_low > 1.0
-    if lag * 100 > tolerance and separated:
-        entry["violation"] = (f"{x.label}: the dispatcher picks {pick} ({chosen['median_us']:.1f} us) but "
-                              f"{fastest['tier']} is {100 * lag:.1f} % faster ({fastest['median_us']:.1f} us)")
-    elif lag * 100 > tolerance:
+    ci = entry["dispatch_lag_ci_pct"]
+    verdict = lag_verdict(100 * lag, tuple(ci) if ci else None, tolerance)
+    what = (f"{x.label}: the dispatcher picks {pick} ({chosen['median_us']:.1f} us) but "
+            f"{fastest['tier']} is {100 * lag:.1f} % faster ({fastest['median_us']:.1f} us")
+    if verdict == "violation":
+        entry["violation"] = what + (f", interval {ci[0]:.1f}-{ci[1]:.1f} %)" if ci else ")")
+    elif verdict == "undecided":
+        entry["undecided"] = (what + f", interval {ci[0]:.1f}-{ci[1]:.1f} % straddles the {tolerance:g} % "
+                              "tolerance): not counted as a violation; re-run quiet and pinned to decide")
+    elif verdict == "noise":
         entry["dispatch_note"] = (f"{fastest['tier']} read {100 * lag:.1f} % faster, within the "
                                   "interval of this sweep's rounds: not a violation")
     return entry
