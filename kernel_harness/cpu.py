@@ -83,6 +83,22 @@ def cpu_vendor() -> str:
     return _cpuinfo_field("vendor_id") or ""
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_family() -> int | None:
+    """The CPU's display family from ``/proc/cpuinfo`` (25 = 0x19: Zen 3/4, 26 = 0x1A: Zen 5;
+    6 on Intel cores), None when unknown."""
+    value = _cpuinfo_field("cpu family")
+    return int(value) if value and value.isdigit() else None
+
+
+def row_streams_by_default() -> bool:
+    """Whether the generated units' decode GEMVs read one weight row after the other here
+    (cpu_features.hpp's row_stream_reads() without KERNEL_CPU_MASK / KERNEL_CPU_FORCE): on AMD
+    family 0x1A (Zen 5) on, where it measured faster than blocks of rows; Zen 4 lost."""
+    family = cpu_family()
+    return cpu_vendor() == "AuthenticAMD" and family is not None and family >= 0x1A
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's ISA flags (lower case, as ``/proc/cpuinfo`` spells them)."""
     override = os.environ.get(FLAGS_ENV_VAR)

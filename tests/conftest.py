@@ -26,6 +26,7 @@ def _no_tier_forced_by_an_earlier_test(monkeypatch):
     publish check failed so in the full suite, never alone)."""
     monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
     monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+    monkeypatch.delenv("KERNEL_CPU_FORCE", raising=False)
 
 
 def run_script(name: str, *args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -30,7 +30,7 @@ from kernel_harness.cpu import has_isa, skip_reason
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, plan_project, write_project
 
-__all__ = ["CATALOGUE_PACKAGE", "GEMM_OPS", "GEMM_PACKAGE", "build_catalogue_kernel", "catalogue_kernel_dir",
+__all__ = ["CATALOGUE_PACKAGE", "GEMM_OPS", "GEMM_PACKAGE", "build_catalogue_kernel", "catalogue_kernel_dir", "fresh_copy",
            "compile_tier_unit", "dtype_code", "edited_unit", "force_tier", "gemm_kernel_dir"]
 
 CATALOGUE_PACKAGE = "harness_catalogue"
@@ -175,6 +175,18 @@ def edited_unit(text: str, knobs: dict[str, str], edits: dict[str, str]) -> str:
         assert text.count(old) == 1, f"edit target found {text.count(old)} times: {old}"
         text = text.replace(old, new)
     return text
+
+
+def fresh_copy(lib, tag: str):
+    """The unit ``lib`` (compile_tier_unit's) loaded again from a copy of its file: a new
+    handle whose once-per-process choices (function-local statics such as
+    row_stream_reads()) are made anew, under the environment at its first call."""
+    import ctypes
+
+    source = Path(lib._name)
+    copy = source.with_name(f"{source.stem}-{tag}{source.suffix}")
+    shutil.copyfile(source, copy)
+    return ctypes.CDLL(str(copy))
 
 
 def compile_tier_unit(plan, package: str, tier: str, wrapper: str, directory: Path,

@@ -28,9 +28,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit, dtype_code
+from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit, dtype_code, fresh_copy
 from kernel_harness.correctness import compare_outputs
-from kernel_harness.cpu import cpu_flags, has_isa
+from kernel_harness.cpu import cpu_flags, cpu_model, has_isa, row_streams_by_default
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project
 
@@ -298,10 +298,11 @@ def _run_unit(lib, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.T
     return out
 
 
-def test_avx512_decode_reads_the_weight_rows_in_turn_within_the_knobs(tmp_path: Path):
+def test_avx512_decode_reads_the_weight_rows_in_turn_within_the_knobs(tmp_path: Path, monkeypatch):
     """In the AVX512 unit a decode block reads its weight rows one after the other (li_rows_in_turn)
-    when its digit rows number at most LINEAR_INT8_SEQ_DIGIT_ROWS (2) and take at most
-    LINEAR_INT8_SEQ_DIGIT_KIB (16 KiB), and otherwise (or with the rows knob at 0) the 4 x 4
+    where row_stream_reads() holds (Zen 5 on, or KERNEL_CPU_FORCE=rowstream), when its digit rows
+    number at most LINEAR_INT8_SEQ_DIGIT_ROWS (2) and take at most LINEAR_INT8_SEQ_DIGIT_KIB
+    (16 KiB), and otherwise (or with the rows knob at 0, or KERNEL_CPU_MASK=rowstream) the 4 x 4
     tiles. Both sum exactly, so the bits cannot tell: a unit whose row-at-a-time form reads the
     digit rows in reverse order (the top level's sum weighted as the last's) must go wrong at
     M = 1 in bf16 (two levels: 2 digit rows, 8.6 KiB) and stay exact where the tiles run: fp32
@@ -309,26 +310,33 @@ def test_avx512_decode_reads_the_weight_rows_in_turn_within_the_knobs(tmp_path: 
     everywhere with the knob at 0."""
     mutation = {"a[i][u] = vimadd(viload(d + i * ldd + k + u * WI), wv, a[i][u]);":
                 "a[i][u] = vimadd(viload(d + (VR - 1 - i) * ldd + k + u * WI), wv, a[i][u]);"}
+    monkeypatch.setenv("KERNEL_CPU_FORCE", "rowstream")  # read at each unit's first call
     mutant = _int8_unit(tmp_path / "on", "avx512", {}, mutation)
     off = _int8_unit(tmp_path / "off", "avx512", {"LINEAR_INT8_SEQ_DIGIT_ROWS": "0"}, mutation)
     gen = torch.Generator().manual_seed(5)
-    cases = ((1, torch.bfloat16, 2048 + 96, True), (1, torch.float32, 2048 + 96, False),
-             (2, torch.bfloat16, 2048 + 96, False), (1, torch.bfloat16, 4096 + 96, False))
+    cases = [(1, torch.bfloat16, 2048 + 96, True), (1, torch.float32, 2048 + 96, False),
+             (2, torch.bfloat16, 2048 + 96, False), (1, torch.bfloat16, 4096 + 96, False)]
+    data = []
     for m, dtype, k, in_turn in cases:
         x = torch.randn(m, k, generator=gen).to(dtype)  # K: whole chunks of 2048, then a short one
         q = torch.randint(-127, 128, (9, k), dtype=torch.int8, generator=gen)
         s = 0.01 * torch.rand(9, generator=gen) + 0.001
         ref = (x.double() @ (q.double() * s.double()[:, None]).T).to(dtype)
-        where = f"M={m} K={k} {dtype}"
+        data.append((f"M={m} K={k} {dtype}", x, q, s, ref, in_turn))
+    for where, x, q, s, ref, in_turn in data:
         assert torch.equal(_run_unit(off, x, q, s), ref), f"{where}: the knob at 0 still read rows in turn"
         got = _run_unit(mutant, x, q, s)
         if in_turn:
             assert not torch.equal(got, ref), f"{where}: the rows were not read in turn"
         else:
             assert torch.equal(got, ref), f"{where}: read rows in turn past the knobs' limits"
+    where, x, q, s, ref, _ = data[0]  # the case that reads rows in turn when the CPU allows it
+    monkeypatch.delenv("KERNEL_CPU_FORCE")
+    by_cpu = not torch.equal(_run_unit(fresh_copy(mutant, "default"), x, q, s), ref)
+    assert by_cpu == row_streams_by_default(), f"{cpu_model()}, {where}: rows in turn {by_cpu}"
+    monkeypatch.setenv("KERNEL_CPU_MASK", "rowstream")
+    assert torch.equal(_run_unit(fresh_copy(mutant, "masked"), x, q, s), ref), "KERNEL_CPU_MASK=rowstream"
 
-
-# ---------------------------------------------------------------- the procedure's strict check, through the CLI
 
 _SMALL_BASELINE = """
 import importlib.util

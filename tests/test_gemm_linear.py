@@ -28,8 +28,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit, dtype_code
-from kernel_harness.cpu import cpu_flags, cpu_vendor, has_isa, skip_reason
+from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit, dtype_code, fresh_copy
+from kernel_harness.cpu import cpu_flags, cpu_model, cpu_vendor, has_isa, row_streams_by_default, skip_reason
 from kernel_harness.paths import SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
 
@@ -293,28 +293,41 @@ def test_avx2_packed_weight_at_4_to_6_rows_takes_the_two_pass_paths(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_avx512_bf16_dot_path_streams_up_to_the_dp_rows_one_weight_row_at_a_time(tmp_path: Path):
+def test_avx512_bf16_dot_path_streams_up_to_the_dp_rows_one_weight_row_at_a_time(tmp_path: Path, monkeypatch):
     """On a CPU with AVX512-BF16 the avx512 unit's dot path takes bf16 with the plain weight one
     weight row at a time (lin_gemv_seq) up to LINEAR_GEMV_SEQ_ROWS_DP rows of x, and in blocks of
-    LINEAR_GEMV_ROWS rows from there on. Both sum in k order, so the bits cannot tell: a unit whose
+    LINEAR_GEMV_ROWS rows from there on, where row_stream_reads() holds (Zen 5 on, or
+    KERNEL_CPU_FORCE=rowstream). Both sum in k order, so the bits cannot tell: a unit whose
     row-at-a-time VDPBF16PS loop reads x's first row for every row must go wrong from M = 2 to 4
     (x's first row stays right) and stay exact at M = 5; with the knob at 2 it stays exact at
-    M = 3 and 4 too."""
+    M = 3 and 4 too. Without the force the CPU decides, and KERNEL_CPU_MASK=rowstream keeps the
+    blocks everywhere."""
     if not has_isa("avx512") or "avx512_bf16" not in cpu_flags():
         pytest.skip("this CPU lacks avx512_bf16: the avx512 unit's dot path takes no VDPBF16PS here")
     mutation = {"const __m512i xv = _mm512_loadu_si512(x + i * k + kk + u * 2 * W);":
                 "const __m512i xv = _mm512_loadu_si512(x + kk + u * 2 * W);"}
+    monkeypatch.setenv("KERNEL_CPU_FORCE", "rowstream")  # read at each unit's first call
     mutant = _linear_unit(tmp_path / "four", "avx512", {}, mutation)
     two = _linear_unit(tmp_path / "two", "avx512", {"LINEAR_GEMV_SEQ_ROWS_DP": "2"}, mutation)
-    for lib, seq_rows in ((mutant, 4), (two, 2)):
+
+    def rows_streamed(lib) -> list[int]:
+        """The M in 1..5 whose rows of x (past the first) went wrong: where lin_gemv_seq ran."""
+        ran = []
         for m in range(1, 6):
             x, w, b = _case(m, 70, 300, torch.bfloat16, seed=m)
             got, ref = _run_packed(lib, x, w, b, packed=False), _reference(x, w, b)
             assert torch.equal(got[:1], ref[:1]), f"M={m}: x's first row went wrong"
-            if 2 <= m <= seq_rows:
-                assert not torch.equal(got, ref), f"M={m}, rows knob {seq_rows}: lin_gemv_seq did not run"
-            else:
-                assert torch.equal(got, ref), f"M={m}, rows knob {seq_rows}: lin_gemv_seq ran past its rows"
+            if not torch.equal(got, ref):
+                ran.append(m)
+        return ran
+
+    assert rows_streamed(mutant) == [2, 3, 4], "lin_gemv_seq under the rows knob 4"
+    assert rows_streamed(two) == [2], "lin_gemv_seq under the rows knob 2"
+    monkeypatch.delenv("KERNEL_CPU_FORCE")
+    by_cpu = rows_streamed(fresh_copy(mutant, "default"))
+    assert by_cpu == ([2, 3, 4] if row_streams_by_default() else []), f"{cpu_model()}: streamed at M = {by_cpu}"
+    monkeypatch.setenv("KERNEL_CPU_MASK", "rowstream")
+    assert rows_streamed(fresh_copy(mutant, "masked")) == [], "KERNEL_CPU_MASK=rowstream kept lin_gemv_seq"
 
 
 @pytest.mark.slow
