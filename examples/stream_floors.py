@@ -10,9 +10,11 @@ and the prepacked weight), linear_int8 M = 1 (1.3x the
 int8 weight) and decode attention bf16 B = 1 and 8 (H = 32, S = 2048, D = 128:
 1.3x the KV cache). The probe's read bandwidth drifts too far on a shared VM
 to divide by (kernel_harness/bench/stream_floor.py), so here each call is
-timed in the same interleaved rounds as a streaming read of the same number
-of bytes, each side rotating through copies of its data three last-level
-caches deep, and the ratio comes with its bootstrap interval. A target counts
+timed in the same interleaved rounds as a streaming read of the same bytes
+(a sum over the very buffers the call reads: where a buffer sits in memory
+changes its speed by up to 13 % on these VMs, see
+kernel_harness/bench/stream_floor.py), rotating through copies three
+last-level caches deep, and the ratio comes with its bootstrap interval. A target counts
 as met or not met only when the whole interval lies on one side of it.
 The kernel directory must hold the ops it is asked for (the GEMM package
 `new_kernel.py --op linear,linear_int8,decode_attention` generates holds all).
@@ -49,7 +51,7 @@ def linear_cases(kernel, llc: int) -> list:
         for m, layout, ws in ((1, "", weights), (1, " packed", packed), (4, "", weights), (4, " packed", packed)):
             x = torch.randn(m, K).to(dtype)
             calls = [lambda w=w, x=x, b=bias: kernel.linear(x, w, b) for w in ws]
-            cases.append((FloorCase(f"linear {label} M={m}{layout}", nbytes, calls), "linear"))
+            cases.append((FloorCase(f"linear {label} M={m}{layout}", nbytes, calls, [[w] for w in ws]), "linear"))
     return cases
 
 
@@ -59,7 +61,7 @@ def linear_int8_cases(kernel, llc: int) -> list:
     scales = (0.02 / 127) * (1.0 + 0.1 * torch.rand(N))
     x = torch.randn(1, K).bfloat16()
     calls = [lambda w=w: kernel.linear_int8(x, w, scales, None) for w in weights]
-    return [(FloorCase("linear_int8 bf16 M=1", nbytes, calls), "linear_int8")]
+    return [(FloorCase("linear_int8 bf16 M=1", nbytes, calls, [[w] for w in weights]), "linear_int8")]
 
 
 def decode_cases(kernel, llc: int) -> list:
@@ -71,7 +73,7 @@ def decode_cases(kernel, llc: int) -> list:
         q = torch.randn(batch, HEADS, HEAD_DIM).bfloat16()
         scale = HEAD_DIM**-0.5
         calls = [lambda kv=kv, q=q: kernel.decode_attention(q, kv[0], kv[1], scale) for kv in caches]
-        cases.append((FloorCase(f"decode_attention bf16 B={batch}", nbytes, calls), "decode_attention"))
+        cases.append((FloorCase(f"decode_attention bf16 B={batch}", nbytes, calls, caches), "decode_attention"))
     return cases
 
 
@@ -146,6 +148,7 @@ def main() -> int:
                       f"{result.floor_us / 1e3:.3f} ({result.floor_gbs:.1f})", f"{result.ratio:.2f}{ci}",
                       f"<= {target}", verdict)
         rows.append({**result.as_json(), "target": target, "verdict": verdict})
+    table.caption = "floor: a streaming sum over " + " / ".join(sorted({r.floor_source for r in run.results}))
     console.print(table)
     if args.json:
         args.json.write_text(json.dumps({"conditions": run.conditions, "results": rows}, indent=2))

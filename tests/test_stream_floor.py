@@ -86,11 +86,38 @@ def test_copies_reach_three_last_level_caches():
     assert len(calls) == 3 and float(calls[0]()) == 1024.0  # a sum over 1024 fp32 ones
 
 
+def test_the_floor_reads_the_cases_own_buffers_when_it_names_them():
+    """Buffers of the same size stream at different speeds by where they lie, so a case that
+    names its buffers gets a floor over exactly those bytes: an fp32 view of each, whatever
+    their dtype (int8 weights, bf16 caches), summed per copy in the copy's order."""
+    import torch
+
+    weights = [torch.full((8, 16), i + 1, dtype=torch.int8) for i in range(3)]  # 128 bytes each
+    caches = [(torch.zeros(4, 8, dtype=torch.bfloat16), torch.ones(4, 8, dtype=torch.bfloat16))]
+    calls = sf.same_bytes_calls([[w] for w in weights])
+    assert len(calls) == 3
+    raw = weights[1].view(-1).view(torch.float32)  # the very bytes, not a copy
+    assert torch.equal(calls[1]()[0], raw.sum()) or torch.isnan(raw.sum())
+    assert weights[1].untyped_storage().data_ptr() == raw.untyped_storage().data_ptr()
+    assert len(sf.same_bytes_calls(caches)[0]()) == 2  # K and V both read
+    case = sf.FloorCase("k", 128, [lambda: None] * 3, [[w] for w in weights])
+    floors, source = sf._floor_calls(case, 1 << 20)
+    assert source == "the same buffers" and len(floors) == 3
+    with pytest.raises(ValueError, match="holds? 128 bytes, but the case says it streams 4096"):
+        sf._floor_calls(sf.FloorCase("k", 4096, [lambda: None] * 3, [[w] for w in weights]), 1 << 20)
+    with pytest.raises(ValueError, match="2 sets of reads for 3 calls"):
+        sf._floor_calls(sf.FloorCase("k", 128, [lambda: None] * 3, [[w] for w in weights[:2]]), 1 << 20)
+    with pytest.raises(ValueError, match="contiguous"):
+        sf.same_bytes_calls([[weights[0].t()]])
+    _, own = sf._floor_calls(sf.FloorCase("k", 128, [lambda: None] * 3), 1 << 20)
+    assert own == "buffers of its own"
+
+
 def test_json_keeps_its_keys():
     result, _ = _time(1200, 1000)
     data = result.as_json()
     assert {"name", "nbytes", "kernel_us", "floor_us", "ratio", "ci_low", "ci_high", "rounds", "calls_per_round",
-            "floor_gbs", "kernel_gbs"} <= set(data)
+            "floor_gbs", "kernel_gbs", "floor_source"} <= set(data)
     json.dumps(data)
 
 
@@ -124,3 +151,4 @@ def test_script_times_a_built_package_against_its_floor(gemm_kernel_dir: Path, t
     assert row["name"] == "linear_int8 bf16 M=1" and row["nbytes"] == 4096 * 4096
     assert row["ratio"] > 0 and row["ci_low"] <= row["ratio"] <= row["ci_high"]
     assert row["verdict"] in ("met", "not met", "undecided") and row["target"] == 1.3
+    assert row["floor_source"] == "the same buffers"
