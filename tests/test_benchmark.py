@@ -235,6 +235,9 @@ def test_tier_sweep_marks_the_pick_and_asserts_dispatch(tmp_path, monkeypatch):
                if any(v.startswith(e["input_set"] + ":") for v in report["dispatch_violations"])]
     assert flagged and all(e["confirm_rounds"] % CONFIRM_ROUNDS == 0 and e["confirm_rounds"] > 0
                            for e in flagged)
+    # and reproduced in a second, fresh kernel worker before it counted
+    assert all(e["fresh_worker_rounds"] == CONFIRM_ROUNDS and e["fresh_worker_lag_ci_pct"][0] > 5 for e in flagged)
+    assert all(v.endswith("a fresh worker process saw it too") for v in report["dispatch_violations"])
     assert {e["regime"] for e in report["tiers"]["by_input_set"]} == {"steady"}  # RMS's sets are small
 
 
