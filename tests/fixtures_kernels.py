@@ -30,8 +30,8 @@ from kernel_harness.cpu import has_isa, skip_reason
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, plan_project, write_project
 
-__all__ = ["CATALOGUE_PACKAGE", "GEMM_OPS", "GEMM_PACKAGE", "build_catalogue_kernel", "catalogue_kernel_dir", "fresh_copy",
-           "compile_tier_unit", "dtype_code", "edited_unit", "force_tier", "gemm_kernel_dir"]
+__all__ = ["CATALOGUE_PACKAGE", "GEMM_OPS", "GEMM_PACKAGE", "build_catalogue_kernel", "catalogue_kernel_dir",
+           "compile_tier_unit", "dtype_code", "edited_unit", "force_tier", "fresh_copy", "gemm_kernel_dir"]
 
 CATALOGUE_PACKAGE = "harness_catalogue"
 CACHE_ROOT = Path(os.environ.get("KERNEL_HARNESS_TEST_CACHE", Path.home() / ".cache" / "kernel_harness" / "test-kernels"))

@@ -338,6 +338,8 @@ def test_avx512_decode_reads_the_weight_rows_in_turn_within_the_knobs(tmp_path: 
     assert torch.equal(_run_unit(fresh_copy(mutant, "masked"), x, q, s), ref), "KERNEL_CPU_MASK=rowstream"
 
 
+# ---------------------------------------------------------------- the procedure's strict check, through the CLI
+
 _SMALL_BASELINE = """
 import importlib.util
 import torch

@@ -96,13 +96,15 @@ def test_the_floor_reads_the_cases_own_buffers_when_it_names_them():
     caches = [(torch.zeros(4, 8, dtype=torch.bfloat16), torch.ones(4, 8, dtype=torch.bfloat16))]
     calls = sf.same_bytes_calls([[w] for w in weights])
     assert len(calls) == 3
-    raw = weights[1].view(-1).view(torch.float32)  # the very bytes, not a copy
-    assert torch.equal(calls[1]()[0], raw.sum()) or torch.isnan(raw.sum())
-    assert weights[1].untyped_storage().data_ptr() == raw.untyped_storage().data_ptr()
+    before = calls[1]()[0]
+    assert torch.equal(before, weights[1].view(-1).view(torch.float32).sum())  # 32 fp32 words of 0x02020202
+    weights[1].fill_(3)  # the very bytes, not a copy: the floor's next read sees the change
+    after = calls[1]()[0]
+    assert not torch.equal(after, before) and torch.equal(after, weights[1].view(-1).view(torch.float32).sum())
     assert len(sf.same_bytes_calls(caches)[0]()) == 2  # K and V both read
     case = sf.FloorCase("k", 128, [lambda: None] * 3, [[w] for w in weights])
     floors, source = sf._floor_calls(case, 1 << 20)
-    assert source == "the same buffers" and len(floors) == 3
+    assert source == sf.SAME_BUFFERS and len(floors) == 3
     with pytest.raises(ValueError, match="holds? 128 bytes, but the case says it streams 4096"):
         sf._floor_calls(sf.FloorCase("k", 4096, [lambda: None] * 3, [[w] for w in weights]), 1 << 20)
     with pytest.raises(ValueError, match="2 sets of reads for 3 calls"):
@@ -110,7 +112,7 @@ def test_the_floor_reads_the_cases_own_buffers_when_it_names_them():
     with pytest.raises(ValueError, match="contiguous"):
         sf.same_bytes_calls([[weights[0].t()]])
     _, own = sf._floor_calls(sf.FloorCase("k", 128, [lambda: None] * 3), 1 << 20)
-    assert own == "buffers of its own"
+    assert own == sf.OWN_BUFFERS
 
 
 def test_json_keeps_its_keys():
@@ -151,4 +153,4 @@ def test_script_times_a_built_package_against_its_floor(gemm_kernel_dir: Path, t
     assert row["name"] == "linear_int8 bf16 M=1" and row["nbytes"] == 4096 * 4096
     assert row["ratio"] > 0 and row["ci_low"] <= row["ratio"] <= row["ci_high"]
     assert row["verdict"] in ("met", "not met", "undecided") and row["target"] == 1.3
-    assert row["floor_source"] == "the same buffers"
+    assert row["floor_source"] == sf.SAME_BUFFERS

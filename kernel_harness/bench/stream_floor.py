@@ -43,6 +43,9 @@ from .conditions import cpu_times, load_average
 #: with three caches' worth, no call finds its data still cached from the last
 #: time its copy was used.
 ROTATION_LLC_MULTIPLE = 3
+#: FloorResult.floor_source: the floor summed the case's own buffers, or fresh ones.
+SAME_BUFFERS = "the same buffers"
+OWN_BUFFERS = "buffers of its own"
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,8 @@ class FloorResult:
     ci_high: float | None
     rounds: int
     calls_per_round: int
-    # "the same buffers" (the case's reads) or "buffers of its own" (read_calls)
-    floor_source: str = "buffers of its own"
+    # SAME_BUFFERS (the case's reads) or OWN_BUFFERS (read_calls)
+    floor_source: str = OWN_BUFFERS
 
     @property
     def floor_gbs(self) -> float:
@@ -129,14 +132,14 @@ def same_bytes_calls(reads: Sequence[Sequence[Any]]) -> list[Callable[[], object
 def _floor_calls(case: FloorCase, llc_bytes: int) -> tuple[list[Callable[[], object]], str]:
     """The case's own buffers when it names them (after checking they hold its bytes), else fresh ones."""
     if not case.reads:
-        return read_calls(case.nbytes, copies_for(case.nbytes, llc_bytes)), "buffers of its own"
+        return read_calls(case.nbytes, copies_for(case.nbytes, llc_bytes)), OWN_BUFFERS
     if len(case.reads) != len(case.calls):
         raise ValueError(f"{case.name}: {len(case.reads)} sets of reads for {len(case.calls)} calls; "
                          "give one set of tensors per copy")
     held = sum(t.numel() * t.element_size() for t in case.reads[0])
     if abs(held - case.nbytes) > 4 * len(case.reads[0]):
         raise ValueError(f"{case.name}: its reads hold {held} bytes, but the case says it streams {case.nbytes}")
-    return same_bytes_calls(case.reads), "the same buffers"
+    return same_bytes_calls(case.reads), SAME_BUFFERS
 
 
 def _round(calls: Sequence[Callable[[], object]], start: int, count: int,
@@ -152,7 +155,7 @@ def _round(calls: Sequence[Callable[[], object]], start: int, count: int,
 
 def time_case(case: FloorCase, floor_calls: Sequence[Callable[[], object]], *, rounds: int,
               calls_per_round: int, seed: int = 0, clock: Callable[[], int] = time.perf_counter_ns,
-              floor_source: str = "buffers of its own") -> FloorResult:
+              floor_source: str = OWN_BUFFERS) -> FloorResult:
     """Alternate rounds of the kernel's calls and the floor's (first kernel, then floor first,
     and so on: a slow phase of the machine hits both), one warm-up call each first."""
     if rounds < 1 or calls_per_round < 1:
