@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tier", choices=["generic", "avx2", "avx512", "all"], default=None,
                    help="force one tier through KERNEL_CPU_ISA, or 'all' to check and time every tier")
     p.add_argument("--assert-dispatch", action="store_true",
-                   help="with --tier all: exit 1 when the dispatcher's pick lags the fastest tier")
+                   help="with --tier all: exit 1 when the dispatcher's pick lags the fastest tier by more than "
+                        "--tolerance, the whole interval past it, in the sweep and in a fresh worker (a lag "
+                        "whose interval straddles the tolerance is reported as dispatch_undecided)")
     p.add_argument("--tolerance", type=float, default=5.0, metavar="PCT",
                    help="allowed lag of the dispatcher's pick for --assert-dispatch (default 5)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S",
