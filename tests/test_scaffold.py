@@ -257,14 +257,14 @@ def test_unknown_op_skeleton_builds_and_reports_todo_at_run_time(script, tmp_pat
 
 def test_avx512_unit_exposes_one_define_per_tuning_knob(tmp_path):
     """The demo's trials change exactly one '#define NAME value' line of the AVX512 unit."""
-    d = make(tmp_path, ("rms_norm", "silu_and_mul", "softmax"))
+    d = make(tmp_path, ("rms_norm", "silu_and_mul", "softmax", "layer_norm"))
     text = (d / "my_kernel_cpu/my_kernel_avx512.cpp").read_text()
     for knob in (
         "RMS_NORM_FAST_SUMSQ", "RMS_NORM_ACCUMULATORS", "RMS_NORM_UNROLL", "RMS_NORM_PREFETCH_ROWS",
         "RMS_NORM_STREAM_STORES", "RMS_NORM_PARALLEL_MIN_ELEMENTS", "SILU_AND_MUL_UNROLL",
         "SILU_AND_MUL_STREAM_STORES", "SILU_AND_MUL_TABLE", "SILU_AND_MUL_PARALLEL_MIN_ELEMENTS",
         "SOFTMAX_PARALLEL_MIN_ELEMENTS", "RMS_NORM_PREFETCH_OUT_BYTES", "SOFTMAX_PREFETCH_OUT_BYTES",
-        "RMS_NORM_PREFETCH_NEXT_BYTES", "SOFTMAX_PREFETCH_NEXT_BYTES",
+        "RMS_NORM_PREFETCH_NEXT_BYTES", "SOFTMAX_PREFETCH_NEXT_BYTES", "LAYER_NORM_STREAM_STORES",
     ):
         assert len(re.findall(rf"^#define {knob} \d+$", text, re.MULTILINE)) == 1, knob
 
@@ -296,6 +296,7 @@ KNOB_VARIANT = {
     "RMS_NORM_PREFETCH_NEXT_BYTES": "4096",
     "SOFTMAX_PREFETCH_NEXT_BYTES": "4096",
     "LAYER_NORM_PIPELINE": "0",
+    "LAYER_NORM_STREAM_STORES": "1",
     "LAYER_NORM_PREFETCH_OUT_BYTES": "0",
     "LAYER_NORM_PREFETCH_NEXT_BYTES": "4096",
 }

@@ -1,0 +1,153 @@
+"""Non-temporal output stores chosen by size: bypass_caches_for (cpu_features.hpp) in fp32
+rms_norm and layer_norm.
+
+A streamed store writes the same bits as an ordinary one, so the outputs cannot tell which path
+ran. The tests mutate the streamed pair store (it adds 1 to what it writes) to see where it runs:
+under KERNEL_CPU_FORCE=streamstores on every aligned row, under KERNEL_CPU_MASK=streamstores
+nowhere, and by default only once the call's input and output fill 3/4 of the last-level cache,
+whose size the unit reads from sysfs like the machine probe. Unmutated, the forced path must give
+the same bits as the ordinary one, tails and unaligned rows included.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixtures_kernels import compile_tier_unit, dtype_code, fresh_copy
+from kernel_harness.machine import read_caches
+from kernel_harness.scaffold import ScaffoldOptions, plan_project
+
+PACKAGE = "stream_pkg"
+NS = f"{PACKAGE}_cpu"
+ASSUMED_LLC_BYTES = 32 << 20  # kAssumedLastLevelCacheBytes, where sysfs says nothing
+OPS = ("rms_norm", "layer_norm")
+# The streamed fp32 pair store both ops' rows take, made to write its values plus one.
+MUTATION = {"  store_stream(p, a);\n  store_stream(p + W, b);":
+            "  store_stream(p, vadd(a, vset1(1.0f)));\n  store_stream(p + W, vadd(b, vset1(1.0f)));"}
+
+
+def _wrapper(tier: str) -> str:
+    body = f"{NS}::{tier}"
+    return (
+        '#include "cpu_features.hpp"\n'
+        'extern "C" void rms_norm(int dt, void* o, const void* x, const void* w, const void* b, float eps, '
+        'int64_t rows, int64_t cols) {\n'
+        f"  {body}::rms_norm(static_cast<{NS}::DType>(dt), o, x, w, eps, rows, cols);\n}}\n"
+        'extern "C" void layer_norm(int dt, void* o, const void* x, const void* w, const void* b, float eps, '
+        'int64_t rows, int64_t cols) {\n'
+        f"  {body}::layer_norm(static_cast<{NS}::DType>(dt), o, x, w, b, eps, rows, cols);\n}}\n"
+        f'extern "C" int64_t llc_bytes() {{ return {NS}::last_level_cache_bytes(); }}\n'
+        f'extern "C" int bypass(int64_t bytes) {{ return {NS}::bypass_caches_for(bytes); }}\n'
+    )
+
+
+def _unit(directory: Path, tier: str, edits: dict[str, str] | None = None):
+    plan = plan_project(ScaffoldOptions(ops=OPS, name=PACKAGE, directory=directory, force=True))
+    lib = compile_tier_unit(plan, PACKAGE, tier, _wrapper(tier), directory, edits=edits)
+    return _typed(lib)
+
+
+def _typed(lib):
+    for op in OPS:
+        getattr(lib, op).argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_void_p, ctypes.c_float, ctypes.c_int64, ctypes.c_int64]
+    lib.llc_bytes.restype = ctypes.c_int64
+    lib.bypass.argtypes = [ctypes.c_int64]
+    return lib
+
+
+def _fresh(lib, tag: str):
+    """lib loaded anew, so that its once-per-process reads of the environment happen again."""
+    return _typed(fresh_copy(lib, tag))
+
+
+def _run(lib, op: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    getattr(lib, op)(dtype_code(x.dtype), out.data_ptr(), x.data_ptr(), w.data_ptr(), b.data_ptr(), 1e-5,
+                     x.shape[0], x.shape[1])
+    return out
+
+
+def _sysfs_llc_bytes() -> int:
+    """The largest data or unified cache of the highest level, as the machine probe reads it."""
+    caches = [c for c in read_caches() if c.type != "Instruction" and c.size_bytes]
+    if not caches:
+        return ASSUMED_LLC_BYTES
+    top = max(c.level for c in caches)
+    return max(c.size_bytes for c in caches if c.level == top)
+
+
+@pytest.fixture(scope="module")
+def units(tmp_path_factory):
+    """tier -> (plain unit, mutant unit), compiled once per module on first use."""
+    built = {}
+
+    def get(tier: str):
+        if tier not in built:
+            root = tmp_path_factory.mktemp(f"stream-{tier}")
+            built[tier] = (_unit(root / "plain", tier), _unit(root / "mutant", tier, MUTATION))
+        return built[tier]
+
+    return get
+
+
+@pytest.mark.parametrize("tier", ["avx2", "avx512"])
+def test_last_level_cache_and_the_bypass_bound(units, tier):
+    """The unit reads the same last-level cache size as the probe, and streams from 3/4 of it."""
+    plain, _ = units(tier)
+    llc = plain.llc_bytes()
+    assert llc == _sysfs_llc_bytes(), f"unit read {llc} bytes, sysfs says {_sysfs_llc_bytes()}"
+    bound = math.ceil(3 * llc / 4)
+    assert plain.bypass(bound) == 1 and plain.bypass(bound - 1) == 0
+
+
+@pytest.mark.parametrize("tier", ["avx2", "avx512"])
+@pytest.mark.parametrize("op", OPS)
+def test_forced_streaming_gives_the_same_bits(units, tier, op, monkeypatch):
+    """fp32 outputs streamed (forced) and not (masked): identical, with rows of a length that
+    is no multiple of the block (tails) and rows that start unaligned."""
+    plain, _ = units(tier)
+    monkeypatch.setenv("KERNEL_CPU_FORCE", "streamstores")
+    forced = _fresh(plain, f"forced-{tier}-{op}")
+    monkeypatch.delenv("KERNEL_CPU_FORCE")
+    monkeypatch.setenv("KERNEL_CPU_MASK", "streamstores")
+    masked = _fresh(plain, f"masked-{tier}-{op}")
+    g = torch.Generator().manual_seed(5)
+    for rows, cols in ((3, 4096), (7, 300), (5, 37), (64, 1024)):
+        x, w, b = torch.randn(rows, cols, generator=g), torch.randn(cols, generator=g), torch.randn(cols, generator=g)
+        assert torch.equal(_run(forced, op, x, w, b), _run(masked, op, x, w, b)), f"{rows}x{cols}"
+
+
+@pytest.mark.parametrize("tier", ["avx2", "avx512"])
+@pytest.mark.parametrize("op", OPS)
+def test_stores_stream_where_forced_and_by_size(units, tier, op, monkeypatch):
+    """The mutant's outputs show where the streamed stores ran: every aligned row when forced,
+    none when masked or below the bound, every row at the bound (3/4 of the last-level cache)."""
+    plain, mutant = units(tier)
+    cols = 4096
+    g = torch.Generator().manual_seed(6)
+    w, b = torch.randn(cols, generator=g), torch.randn(cols, generator=g)
+
+    def streamed_rows(lib, rows: int) -> list[int]:
+        x = torch.randn(rows, cols, generator=g)
+        got, ref = _run(lib, op, x, w, b), _run(plain, op, x, w, b)
+        return [r for r in range(rows) if not torch.equal(got[r], ref[r])]
+
+    assert streamed_rows(_fresh(mutant, f"default-small-{tier}-{op}"), 8) == [], "streamed a small call"
+    monkeypatch.setenv("KERNEL_CPU_FORCE", "streamstores")
+    assert streamed_rows(_fresh(mutant, f"forced-{tier}-{op}"), 8) == list(range(8)), "KERNEL_CPU_FORCE=streamstores"
+    monkeypatch.delenv("KERNEL_CPU_FORCE")
+    row_bytes = 2 * cols * 4  # read and written
+    at_bound = math.ceil(3 * plain.llc_bytes() / 4 / row_bytes)
+    if at_bound * row_bytes > 2 << 30:
+        pytest.skip(f"a {plain.llc_bytes() >> 20} MiB last-level cache: the call at the bound needs over 2 GiB")
+    by_size = _fresh(mutant, f"by-size-{tier}-{op}")
+    assert streamed_rows(by_size, at_bound - 1) == [], f"streamed below the bound ({at_bound - 1} rows)"
+    assert streamed_rows(by_size, at_bound) == list(range(at_bound)), f"did not stream at {at_bound} rows"
+    monkeypatch.setenv("KERNEL_CPU_MASK", "streamstores")  # read at the unit's first call
+    assert streamed_rows(_fresh(mutant, f"masked-{tier}-{op}"), at_bound) == [], "KERNEL_CPU_MASK=streamstores"
