@@ -286,6 +286,17 @@ def read_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> tupl
     return tuple(caches)
 
 
+def last_level_cache_bytes(caches: tuple[CacheLevel, ...] | None = None) -> int | None:
+    """The largest data or unified cache of the highest level (``read_caches()`` by default),
+    or None when sysfs lists none: the size the generated units' bypass_caches_for() reads.
+    (Not sysconf: glibc answers it from CPUID, which said 320 MiB for a 32 MiB L3 in a VM.)"""
+    shared = [c for c in (read_caches() if caches is None else caches) if c.type != "Instruction" and c.size_bytes]
+    if not shared:
+        return None
+    top = max(c.level for c in shared)
+    return max(c.size_bytes for c in shared if c.level == top)
+
+
 def read_cpu_facts() -> CpuFacts:
     info = _parse_cpuinfo(_read("/proc/cpuinfo"))
     logical = os.cpu_count() or info["processors"] or 1
@@ -366,17 +377,11 @@ def measure_peaks(
     return peaks
 
 
-def last_level_cache_bytes(facts: CpuFacts | None = None) -> int:
-    """The largest data or unified cache (32 MiB when the kernel does not say)."""
-    facts = facts or read_cpu_facts()
-    return max((c.size_bytes for c in facts.caches if c.type != "Instruction"), default=32 * 1024**2)
-
-
 def measure_bandwidth(facts: CpuFacts, *, quick: bool) -> Bandwidth:
     """Best-of-N torch timings of read, copy into a preallocated buffer and copy into a fresh one."""
     import torch  # imported here: reading the cached profile must not need torch
 
-    llc = last_level_cache_bytes(facts)
+    llc = last_level_cache_bytes(facts.caches) or 32 * 1024**2  # what the units assume without sysfs
     if quick:
         nbytes = 64 * 1024**2
     else:

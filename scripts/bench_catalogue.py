@@ -1,8 +1,9 @@
 """Benchmark: the generated catalogue kernels vs PyTorch eager and the allocate+copy floor.
 
 Prints, per op, dtype, shape and tier: PyTorch us, ours us, speedup, GB/s, our
-time as a multiple of the floor, and the tier that ran, under the CPU's model
-name. ``--tier avx2`` (or avx512, generic) forces that tier through
+time as a multiple of the floor (each ratio with its 95 % interval; a * marks a
+floor whose copy fits the last-level cache, a cache-resident copy rather than
+a trip to memory), and the tier that ran, under the CPU's model name. ``--tier avx2`` (or avx512, generic) forces that tier through
 KERNEL_CPU_ISA, ``--tier all`` times every tier this machine runs, one after
 the other for each case, and ``--tier auto`` (the default) times the
 dispatcher's own choice; tiers the CPU or the package lacks are listed as not
@@ -29,6 +30,7 @@ from kernel_harness.bench.process import with_steady_malloc
 from kernel_harness.cpu import cpu_model, has_isa, missing_flags
 from kernel_harness.cli import add_json_option, console, run_main, write_json_report
 from kernel_harness.kernel_loader import load_kernel_module
+from kernel_harness.machine import last_level_cache_bytes
 from kernel_harness.perf_table import (EAGER_ISA_CHOICES, OPS, TIER_CHOICES, Row, build_perf_kernel, eager_capability,
                                        eager_isa_environment, measure, rows_as_dicts, select_cases, tier_plan)
 
@@ -76,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = Table(title=f"Catalogue kernels vs PyTorch eager (times in us), --tier {args.tier}", box=box.SIMPLE_HEAD,
                   padding=(0, 0), show_edge=False,
                   caption=f"{machine}, {torch.get_num_threads()} threads, PyTorch eager on {eager}")
-    for column in ("op dtype shape", "torch", "ours", "speedup", "95% CI", "GB/s", "/floor", "tier"):
+    for column in ("op dtype shape", "torch", "ours", "speedup", "95% CI", "GB/s", "/floor", "95% CI", "tier"):
         first = column == "op dtype shape"
         table.add_column(column, justify="left" if first else "right", no_wrap=first)
     rows = []
@@ -92,6 +94,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(f"PyTorch eager and the floor's copy ran on {eager} (--eager-isa {args.eager_isa})")
     for tier, reason in plan.not_measured.items():
         console.print(f"not measured: the {tier} tier ({reason})")
+    cached = [row for row in rows if row.floor_in_cache]
+    if cached:
+        console.print(f"[yellow]{IN_CACHE_MARK} the floor's copy ({_mib(max(r.floor_bytes for r in cached))} MiB "
+                      f"or less, read and written) fits this machine's last-level cache "
+                      f"({_mib(last_level_cache_bytes() or 0)} MiB): it times a cache-resident copy, which moves "
+                      f"with the share of the cache other tenants leave, not a trip to memory; compare such "
+                      f"/floor ratios across runs only within their intervals[/yellow]")
     console.print(f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs; rounds per case: "
                   + ", ".join(str(row.rounds) for row in rows))
     write_json_report(args.json, {**report, "load_average": load, "rows": rows_as_dicts(rows)})
@@ -121,11 +130,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+IN_CACHE_MARK = "*"
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.0f}"
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "-" if low is None or high is None else f"{low:.2f}-{high:.2f}"
+
+
 def _add_row(table: Table, row: Row) -> None:
-    interval = ("-" if row.speedup_ci_low is None or row.speedup_ci_high is None
-                else f"{row.speedup_ci_low:.2f}-{row.speedup_ci_high:.2f}")
-    table.add_row(row.case, f"{row.torch_us:.0f}", f"{row.ours_us:.0f}", f"{row.speedup:.2f}x", interval,
-                  f"{row.gbps:.1f}", f"{row.floor_fraction:.2f}", row.tier)
+    mark = IN_CACHE_MARK if row.floor_in_cache else ""
+    table.add_row(row.case, f"{row.torch_us:.0f}", f"{row.ours_us:.0f}", f"{row.speedup:.2f}x",
+                  _interval(row.speedup_ci_low, row.speedup_ci_high), f"{row.gbps:.1f}",
+                  f"{row.floor_fraction:.2f}{mark}", _interval(row.floor_ci_low, row.floor_ci_high), row.tier)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,26 @@ def test_speedup_is_the_ratio_of_medians_with_an_interval(monkeypatch):
     assert 2.0 < row.speedup < 5.0  # ~2 ms against ~0.5 ms, whatever the sleep overshoot
     assert row.speedup_ci_low <= row.speedup <= row.speedup_ci_high
     assert row.floor_fraction > 5.0  # a 0.5 ms sleep against copying four floats
+    assert row.floor_ci_low <= row.floor_fraction <= row.floor_ci_high
+    assert row.floor_bytes == 2 * 4 * 4 and row.floor_in_cache in (True, None)  # four floats, read and written
+
+
+def test_floor_counts_every_output_and_knows_when_it_fits_the_cache(monkeypatch):
+    """The floor's bytes are each output read and written once; against the last-level cache
+    (sysfs, as the units read it) they are in cache up to its size, and unknown without it."""
+    import kernel_harness.perf_table as pt
+    from kernel_harness.machine import CacheLevel, last_level_cache_bytes
+
+    pair = (torch.zeros(1024, 4096), torch.zeros(1024, 4096, dtype=torch.bfloat16))
+    assert pt._floor_bytes(pair) == 2 * (1024 * 4096 * 4 + 1024 * 4096 * 2)
+    monkeypatch.setattr(pt, "last_level_cache_bytes", lambda: 32 << 20)
+    assert pt._fits_cache(32 << 20) is True and pt._fits_cache((32 << 20) + 1) is False
+    monkeypatch.setattr(pt, "last_level_cache_bytes", lambda: None)
+    assert pt._fits_cache(1) is None
+    caches = (CacheLevel(1, "Data", 32 << 10, 1, 64), CacheLevel(1, "Instruction", 32 << 10, 1, 64),
+              CacheLevel(2, "Unified", 1 << 20, 1, 64), CacheLevel(3, "Unified", 32 << 20, 2, 64))
+    assert last_level_cache_bytes(caches) == 32 << 20
+    assert last_level_cache_bytes(caches[:2]) == 32 << 10 and last_level_cache_bytes(caches[1:2]) is None
 
 
 @pytest.mark.parametrize("flag", [("--rounds", "0"), ("--seconds-per-case", "-1")])

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from fixtures_kernels import compile_tier_unit, dtype_code, fresh_copy
-from kernel_harness.machine import read_caches
+from kernel_harness.machine import last_level_cache_bytes
 from kernel_harness.scaffold import ScaffoldOptions, plan_project
 
 PACKAGE = "stream_pkg"
@@ -73,15 +73,6 @@ def _run(lib, op: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tor
     return out
 
 
-def _sysfs_llc_bytes() -> int:
-    """The largest data or unified cache of the highest level, as the machine probe reads it."""
-    caches = [c for c in read_caches() if c.type != "Instruction" and c.size_bytes]
-    if not caches:
-        return ASSUMED_LLC_BYTES
-    top = max(c.level for c in caches)
-    return max(c.size_bytes for c in caches if c.level == top)
-
-
 @pytest.fixture(scope="module")
 def units(tmp_path_factory):
     """tier -> (plain unit, mutant unit), compiled once per module on first use."""
@@ -100,8 +91,8 @@ def units(tmp_path_factory):
 def test_last_level_cache_and_the_bypass_bound(units, tier):
     """The unit reads the same last-level cache size as the probe, and streams from 3/4 of it."""
     plain, _ = units(tier)
-    llc = plain.llc_bytes()
-    assert llc == _sysfs_llc_bytes(), f"unit read {llc} bytes, sysfs says {_sysfs_llc_bytes()}"
+    llc, sysfs = plain.llc_bytes(), last_level_cache_bytes() or ASSUMED_LLC_BYTES
+    assert llc == sysfs, f"unit read {llc} bytes, sysfs says {sysfs}"
     bound = math.ceil(3 * llc / 4)
     assert plain.bypass(bound) == 1 and plain.bypass(bound - 1) == 0
 

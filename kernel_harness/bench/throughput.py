@@ -3,7 +3,6 @@ limits, and the cache size --cold needs to exceed."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from . import tree
@@ -43,23 +42,10 @@ def measure_throughput(session: Session, s: InputSet) -> None:
 
 
 def last_level_cache_bytes() -> int | None:
-    root = "/sys/devices/system/cpu/cpu0/cache"
-    best = None
-    try:
-        for entry in sorted(os.listdir(root)):
-            if not entry.startswith("index"):
-                continue
-            with open(f"{root}/{entry}/type") as fh:
-                if fh.read().strip() == "Instruction":
-                    continue
-            with open(f"{root}/{entry}/size") as fh:
-                text = fh.read().strip().upper()
-            mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
-            size = int(text.rstrip("KMG")) * mult
-            best = max(best or 0, size)
-    except (OSError, ValueError):
-        return None
-    return best
+    """The last-level cache's size from sysfs (machine.last_level_cache_bytes), None when unknown."""
+    from ..machine import last_level_cache_bytes as from_sysfs  # machine is heavy: only when asked
+
+    return from_sysfs()
 
 
 _DTYPE_NAMES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
