@@ -108,7 +108,7 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from kernel_harness.machine import last_level_cache_bytes
+    from kernel_harness.machine import ASSUMED_LLC_BYTES, last_level_cache_bytes
 
     try:
         kernel = kernels.get_local_kernel(args.kernel_dir)
@@ -118,7 +118,7 @@ def main() -> int:
     missing = [c for c in names if not hasattr(kernel, c)]
     if missing:
         return _usage(f"{args.kernel_dir} has no op {', '.join(missing)}; pass --cases with the ops it holds.")
-    llc = last_level_cache_bytes()
+    llc = last_level_cache_bytes() or ASSUMED_LLC_BYTES
     console = Console(width=None if sys.stdout.isatty() else 140)  # a log file gets the whole table
     cases = [case for name in names for case in BUILDERS[name](kernel, llc)]
     current = []

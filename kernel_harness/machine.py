@@ -286,6 +286,11 @@ def read_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> tupl
     return tuple(caches)
 
 
+#: What code that needs a cache size assumes where sysfs lists none (the generated units'
+#: kAssumedLastLevelCacheBytes): the L3 of the server cores this project has met.
+ASSUMED_LLC_BYTES = 32 << 20
+
+
 def last_level_cache_bytes(caches: tuple[CacheLevel, ...] | None = None) -> int | None:
     """The largest data or unified cache of the highest level (``read_caches()`` by default),
     or None when sysfs lists none: the size the generated units' bypass_caches_for() reads.
@@ -381,7 +386,7 @@ def measure_bandwidth(facts: CpuFacts, *, quick: bool) -> Bandwidth:
     """Best-of-N torch timings of read, copy into a preallocated buffer and copy into a fresh one."""
     import torch  # imported here: reading the cached profile must not need torch
 
-    llc = last_level_cache_bytes(facts.caches) or 32 * 1024**2  # what the units assume without sysfs
+    llc = last_level_cache_bytes(facts.caches) or ASSUMED_LLC_BYTES
     if quick:
         nbytes = 64 * 1024**2
     else:

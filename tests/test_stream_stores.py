@@ -19,12 +19,11 @@ import pytest
 import torch
 
 from fixtures_kernels import compile_tier_unit, dtype_code, fresh_copy
-from kernel_harness.machine import last_level_cache_bytes
+from kernel_harness.machine import ASSUMED_LLC_BYTES, last_level_cache_bytes
 from kernel_harness.scaffold import ScaffoldOptions, plan_project
 
 PACKAGE = "stream_pkg"
 NS = f"{PACKAGE}_cpu"
-ASSUMED_LLC_BYTES = 32 << 20  # kAssumedLastLevelCacheBytes, where sysfs says nothing
 OPS = ("rms_norm", "layer_norm")
 # The streamed fp32 pair store both ops' rows take, made to write its values plus one.
 MUTATION = {"  store_stream(p, a);\n  store_stream(p + W, b);":
@@ -142,3 +141,68 @@ def test_stores_stream_where_forced_and_by_size(units, tier, op, monkeypatch):
     assert streamed_rows(by_size, at_bound) == list(range(at_bound)), f"did not stream at {at_bound} rows"
     monkeypatch.setenv("KERNEL_CPU_MASK", "streamstores")  # read at the unit's first call
     assert streamed_rows(_fresh(mutant, f"masked-{tier}-{op}"), at_bound) == [], "KERNEL_CPU_MASK=streamstores"
+
+
+# ---- the sweep that re-measures the bound (examples/stream_store_sweep.py) ----
+
+SWEEP = Path(__file__).resolve().parent.parent / "examples" / "stream_store_sweep.py"
+
+
+def test_sweep_sizes_and_rule_match_the_units():
+    """rows_for puts a call at a fraction of the cache; rule_streams is bypass_caches_for's bound."""
+    from kernel_harness.bench.stream_stores import rows_for, rule_streams
+
+    llc = 32 << 20
+    assert rows_for(1.0, 4096, llc) == 1024 and rows_for(0.75, 4096, llc) == 768 and rows_for(1e-9, 4096, llc) == 1
+    bound = math.ceil(3 * llc / 4)
+    assert rule_streams(bound, llc) and not rule_streams(bound - 1, llc)
+
+
+def test_sweep_verdicts_need_the_whole_interval_past_one():
+    from kernel_harness.bench.stream_stores import SweepPoint
+
+    def point(low, high, rule, mode="same input"):
+        return SweepPoint("rms_norm", 8, 4096, mode, 1, 0.5, 1.0, 1.0, (low + high) / 2, low, high, 8, rule)
+
+    assert point(0.7, 0.95, False).verdict == "streams faster" and point(0.7, 0.95, False).rule_disagrees
+    assert point(1.05, 1.2, True).verdict == "streams slower" and point(1.05, 1.2, True).rule_disagrees
+    assert point(0.9, 1.1, True).verdict == "no measurable difference" and not point(0.9, 1.1, False).rule_disagrees
+    assert not point(0.7, 0.95, True).rule_disagrees and point(0.7, 0.95, True).as_json()["verdict"] == "streams faster"
+    # rotated inputs: a win below the bound is a gain the rule leaves, not a contradiction; a loss above it is one
+    rotated = point(0.7, 0.95, False, "rotated")
+    assert rotated.gain_left and not rotated.rule_disagrees and rotated.as_json()["gain_left"]
+    assert point(1.05, 1.2, True, "rotated").rule_disagrees and not point(0.7, 0.95, False).gain_left
+
+
+def test_sweep_times_both_ops_in_both_modes(catalogue_kernel_dir, tmp_path):
+    """The script on the session's catalogue package: a point per op and input mode, each with an
+    interval and the rule's answer, and the conditions in the JSON."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "sweep.json"
+    run = subprocess.run([sys.executable, str(SWEEP), "--kernel-dir", str(catalogue_kernel_dir), "--fractions", "0.02",
+                          "--rounds", "3", "--calls", "2", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(out.read_text())
+    assert report["llc_bytes"] == (last_level_cache_bytes() or ASSUMED_LLC_BYTES) and report["rule_fraction"] == 0.75
+    points = report["points"]
+    assert sorted((p["op"], p["mode"]) for p in points) == sorted(
+        (op, mode) for op in OPS for mode in ("same input", "rotated"))
+    for p in points:
+        assert p["rule_streams"] is False and p["ci_low"] <= p["ratio"] <= p["ci_high"] and p["rounds"] == 3
+        assert p["verdict"] in ("streams faster", "streams slower", "no measurable difference")
+
+
+@pytest.mark.parametrize("args, needle", [(["--ops", "softmax"], "--ops softmax"),
+                                          (["--fractions", "a,b"], "--fractions a,b"),
+                                          (["--rounds", "2"], "rounds at least 3"),
+                                          (["--kernel-dir", "/nonexistent/k"], "has no build/ directory")])
+def test_sweep_rejects_bad_usage_in_one_line(args, needle, tmp_path):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, str(SWEEP), *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 2 and needle in run.stderr and "Traceback" not in run.stderr, run.stderr
