@@ -1,10 +1,10 @@
-"""Where streamed (non-temporal) output stores pay on this machine: fp32 rms_norm and layer_norm.
+"""Where streamed (non-temporal) output stores pay on this machine: fp32 rms_norm, layer_norm, add_rms_norm.
 
-    python examples/stream_store_sweep.py [--kernel-dir DIR] [--ops rms_norm,layer_norm]
+    python examples/stream_store_sweep.py [--kernel-dir DIR] [--ops rms_norm,layer_norm,add_rms_norm]
         [--fractions 0.25,0.5,0.75,1,1.5] [--cols 4096] [--rounds 8] [--calls 10] [--json FILE]
 
-The generated units stream these ops' fp32 rows once a call's input and output
-fill 3/4 of the last-level cache (bypass_caches_for, measured on a Zen 4
+The generated units stream these ops' fp32 rows once a call's inputs and
+outputs fill 3/4 of the last-level cache (bypass_caches_for, measured on a Zen 4
 EPYC). Run this on a new CPU before trusting that bound there: each op is
 timed at row counts that put its call at the given fractions of the cache,
 streamed (KERNEL_CPU_FORCE=streamstores) against cached stores

@@ -257,7 +257,7 @@ def test_unknown_op_skeleton_builds_and_reports_todo_at_run_time(script, tmp_pat
 
 def test_avx512_unit_exposes_one_define_per_tuning_knob(tmp_path):
     """The demo's trials change exactly one '#define NAME value' line of the AVX512 unit."""
-    d = make(tmp_path, ("rms_norm", "silu_and_mul", "softmax", "layer_norm"))
+    d = make(tmp_path, ("rms_norm", "silu_and_mul", "softmax", "layer_norm", "add_rms_norm"))
     text = (d / "my_kernel_cpu/my_kernel_avx512.cpp").read_text()
     for knob in (
         "RMS_NORM_FAST_SUMSQ", "RMS_NORM_ACCUMULATORS", "RMS_NORM_UNROLL", "RMS_NORM_PREFETCH_ROWS",
@@ -265,6 +265,7 @@ def test_avx512_unit_exposes_one_define_per_tuning_knob(tmp_path):
         "SILU_AND_MUL_STREAM_STORES", "SILU_AND_MUL_TABLE", "SILU_AND_MUL_PARALLEL_MIN_ELEMENTS",
         "SOFTMAX_PARALLEL_MIN_ELEMENTS", "RMS_NORM_PREFETCH_OUT_BYTES", "SOFTMAX_PREFETCH_OUT_BYTES",
         "RMS_NORM_PREFETCH_NEXT_BYTES", "SOFTMAX_PREFETCH_NEXT_BYTES", "LAYER_NORM_STREAM_STORES",
+        "ADD_RMS_NORM_STREAM_STORES",
     ):
         assert len(re.findall(rf"^#define {knob} \d+$", text, re.MULTILINE)) == 1, knob
 
@@ -297,6 +298,7 @@ KNOB_VARIANT = {
     "SOFTMAX_PREFETCH_NEXT_BYTES": "4096",
     "LAYER_NORM_PIPELINE": "0",
     "LAYER_NORM_STREAM_STORES": "1",
+    "ADD_RMS_NORM_STREAM_STORES": "1",
     "LAYER_NORM_PREFETCH_OUT_BYTES": "0",
     "LAYER_NORM_PREFETCH_NEXT_BYTES": "4096",
 }
@@ -342,7 +344,8 @@ RMS_NORM_REFERENCE = (
 @pytest.mark.slow
 def test_every_tuning_knob_setting_stays_correct(tmp_path):
     """The demo flips these knobs; the non-default settings must stay exact too."""
-    d = build_knob_variant(tmp_path, ("rms_norm", "silu_and_mul", "softmax", "layer_norm"), KNOB_VARIANT)
+    d = build_knob_variant(tmp_path, ("rms_norm", "silu_and_mul", "softmax", "layer_norm", "add_rms_norm"),
+                           KNOB_VARIANT)
     run_check(d, (
         "for tier in k.available_tiers():\n"
         "    os.environ['KERNEL_CPU_ISA'] = tier\n"
@@ -363,6 +366,12 @@ def test_every_tuning_knob_setting_stays_correct(tmp_path):
         "            ref4 = F.layer_norm(x3.double(), (cols,), w.double(), b.double(), 1e-5)\n"
         "            tol = 1e-5 if dt == torch.float32 else torch.finfo(dt).eps\n"
         "            torch.testing.assert_close(k.layer_norm(x3, w, b, 1e-5).double(), ref4, atol=tol, rtol=tol)\n"
+        "            h = x.double() + x3.double()\n"
+        "            y5, h5 = k.add_rms_norm(x, x3, w, 1e-6)\n"
+        "            assert torch.equal(h5, h.to(dt)), ('add_rms_norm residual', tier, dt, rows, cols)\n"
+        "            ref5 = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()).to(dt)\n"
+        "            if dt != torch.float32: assert torch.equal(y5, ref5), ('add_rms_norm', tier, dt, rows, cols)\n"
+        "            else: torch.testing.assert_close(y5, ref5, atol=1e-6, rtol=1e-5)\n"
     ))
 
 

@@ -1,10 +1,10 @@
 """Non-temporal output stores chosen by size: bypass_caches_for (cpu_features.hpp) in fp32
-rms_norm and layer_norm.
+rms_norm and layer_norm, and add_rms_norm's updated residual (every dtype) and fp32 output.
 
 A streamed store writes the same bits as an ordinary one, so the outputs cannot tell which path
-ran. The tests mutate the streamed pair store (it adds 1 to what it writes) to see where it runs:
-under KERNEL_CPU_FORCE=streamstores on every aligned row, under KERNEL_CPU_MASK=streamstores
-nowhere, and by default only once the call's input and output fill 3/4 of the last-level cache,
+ran. The tests mutate the streamed pair stores (they add 1 to what they write) to see where they
+run: under KERNEL_CPU_FORCE=streamstores on every aligned row, under KERNEL_CPU_MASK=streamstores
+nowhere, and by default only once the call's inputs and outputs fill 3/4 of the last-level cache,
 whose size the unit reads from sysfs like the machine probe. Unmutated, the forced path must give
 the same bits as the ordinary one, tails and unaligned rows included.
 """
@@ -24,22 +24,30 @@ from kernel_harness.scaffold import ScaffoldOptions, plan_project
 
 PACKAGE = "stream_pkg"
 NS = f"{PACKAGE}_cpu"
-OPS = ("rms_norm", "layer_norm")
-# The streamed fp32 pair store both ops' rows take, made to write its values plus one.
-MUTATION = {"  store_stream(p, a);\n  store_stream(p + W, b);":
-            "  store_stream(p, vadd(a, vset1(1.0f)));\n  store_stream(p + W, vadd(b, vset1(1.0f)));"}
+OPS = ("rms_norm", "layer_norm", "add_rms_norm")
+# Tensors of the call's shape each op reads and writes: what the units give bypass_caches_for.
+TENSORS_TOUCHED_BY_UNITS = {"rms_norm": 2, "layer_norm": 2, "add_rms_norm": 4}
+# The streamed pair stores, made to write their values plus one: the fp32 (and fp16) pair of two
+# vectors, and each unit's bf16 pair of one vector of words.
+PLUS_ONE = "vadd(a, vset1(1.0f)), vadd(b, vset1(1.0f))"
+MUTATIONS = {
+    tier: {"  store_stream(p, a);\n  store_stream(p + W, b);":
+           "  store_stream(p, vadd(a, vset1(1.0f)));\n  store_stream(p + W, vadd(b, vset1(1.0f)));",
+           f"_{width}_stream_si{bits}(aligned, bf16_pair_rounded(a, b));":
+           f"_{width}_stream_si{bits}(aligned, bf16_pair_rounded({PLUS_ONE}));"}
+    for tier, width, bits in (("avx2", "mm256", 256), ("avx512", "mm512", 512))
+}
 
 
 def _wrapper(tier: str) -> str:
-    body = f"{NS}::{tier}"
+    body, dt = f"{NS}::{tier}", f"static_cast<{NS}::DType>(dt)"
+    signature = "int dt, void* o, void* o2, const void* x, const void* r, const void* w, const void* b, float eps, " \
+                "int64_t rows, int64_t cols"
     return (
         '#include "cpu_features.hpp"\n'
-        'extern "C" void rms_norm(int dt, void* o, const void* x, const void* w, const void* b, float eps, '
-        'int64_t rows, int64_t cols) {\n'
-        f"  {body}::rms_norm(static_cast<{NS}::DType>(dt), o, x, w, eps, rows, cols);\n}}\n"
-        'extern "C" void layer_norm(int dt, void* o, const void* x, const void* w, const void* b, float eps, '
-        'int64_t rows, int64_t cols) {\n'
-        f"  {body}::layer_norm(static_cast<{NS}::DType>(dt), o, x, w, b, eps, rows, cols);\n}}\n"
+        f'extern "C" void rms_norm({signature}) {{ {body}::rms_norm({dt}, o, x, w, eps, rows, cols); }}\n'
+        f'extern "C" void layer_norm({signature}) {{ {body}::layer_norm({dt}, o, x, w, b, eps, rows, cols); }}\n'
+        f'extern "C" void add_rms_norm({signature}) {{ {body}::add_rms_norm({dt}, o, o2, x, r, w, eps, rows, cols); }}\n'
         f'extern "C" int64_t llc_bytes() {{ return {NS}::last_level_cache_bytes(); }}\n'
         f'extern "C" int bypass(int64_t bytes) {{ return {NS}::bypass_caches_for(bytes); }}\n'
     )
@@ -53,8 +61,8 @@ def _unit(directory: Path, tier: str, edits: dict[str, str] | None = None):
 
 def _typed(lib):
     for op in OPS:
-        getattr(lib, op).argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                     ctypes.c_void_p, ctypes.c_float, ctypes.c_int64, ctypes.c_int64]
+        getattr(lib, op).argtypes = [ctypes.c_int, *[ctypes.c_void_p] * 6, ctypes.c_float, ctypes.c_int64,
+                                     ctypes.c_int64]
     lib.llc_bytes.restype = ctypes.c_int64
     lib.bypass.argtypes = [ctypes.c_int64]
     return lib
@@ -65,11 +73,14 @@ def _fresh(lib, tag: str):
     return _typed(fresh_copy(lib, tag))
 
 
-def _run(lib, op: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x)
-    getattr(lib, op)(dtype_code(x.dtype), out.data_ptr(), x.data_ptr(), w.data_ptr(), b.data_ptr(), 1e-5,
-                     x.shape[0], x.shape[1])
-    return out
+def _run(lib, op: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The op's outputs (add_rms_norm: the normalised rows and the updated residual, with b as the
+    residual's input)."""
+    out, out2 = torch.empty_like(x), torch.empty_like(x)
+    residual = b.expand_as(x).contiguous()
+    getattr(lib, op)(dtype_code(x.dtype), out.data_ptr(), out2.data_ptr(), x.data_ptr(), residual.data_ptr(),
+                     w.data_ptr(), b.data_ptr(), 1e-5, x.shape[0], x.shape[1])
+    return (out, out2) if op == "add_rms_norm" else (out,)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +91,7 @@ def units(tmp_path_factory):
     def get(tier: str):
         if tier not in built:
             root = tmp_path_factory.mktemp(f"stream-{tier}")
-            built[tier] = (_unit(root / "plain", tier), _unit(root / "mutant", tier, MUTATION))
+            built[tier] = (_unit(root / "plain", tier), _unit(root / "mutant", tier, MUTATIONS[tier]))
         return built[tier]
 
     return get
@@ -98,49 +109,75 @@ def test_last_level_cache_and_the_bypass_bound(units, tier):
 
 @pytest.mark.parametrize("tier", ["avx2", "avx512"])
 @pytest.mark.parametrize("op", OPS)
-def test_forced_streaming_gives_the_same_bits(units, tier, op, monkeypatch):
-    """fp32 outputs streamed (forced) and not (masked): identical, with rows of a length that
-    is no multiple of the block (tails) and rows that start unaligned."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_forced_streaming_gives_the_same_bits(units, tier, op, dtype, monkeypatch):
+    """Outputs streamed (forced) and not (masked): identical, with rows of a length that is no
+    multiple of the block (tails) and rows that start unaligned. bf16: add_rms_norm streams its
+    updated residual as one vector of words per pair; the other outputs stay as they were."""
     plain, _ = units(tier)
     monkeypatch.setenv("KERNEL_CPU_FORCE", "streamstores")
-    forced = _fresh(plain, f"forced-{tier}-{op}")
+    forced = _fresh(plain, f"forced-{tier}-{op}-{dtype}")
     monkeypatch.delenv("KERNEL_CPU_FORCE")
     monkeypatch.setenv("KERNEL_CPU_MASK", "streamstores")
-    masked = _fresh(plain, f"masked-{tier}-{op}")
+    masked = _fresh(plain, f"masked-{tier}-{op}-{dtype}")
     g = torch.Generator().manual_seed(5)
     for rows, cols in ((3, 4096), (7, 300), (5, 37), (64, 1024)):
-        x, w, b = torch.randn(rows, cols, generator=g), torch.randn(cols, generator=g), torch.randn(cols, generator=g)
-        assert torch.equal(_run(forced, op, x, w, b), _run(masked, op, x, w, b)), f"{rows}x{cols}"
+        x, w, b = (torch.randn(*shape, generator=g).to(dtype) for shape in ((rows, cols), (cols,), (cols,)))
+        for got, ref in zip(_run(forced, op, x, w, b), _run(masked, op, x, w, b), strict=True):
+            assert torch.equal(got, ref), f"{rows}x{cols}"
+
+
+def _streamed_rows(lib, plain, op: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> list[list[int]]:
+    """For each output of the op, the rows the mutant (lib) got wrong: where its streamed stores ran."""
+    return [[r for r in range(x.shape[0]) if not torch.equal(got[r], ref[r])]
+            for got, ref in zip(_run(lib, op, x, w, b), _run(plain, op, x, w, b), strict=True)]
 
 
 @pytest.mark.parametrize("tier", ["avx2", "avx512"])
 @pytest.mark.parametrize("op", OPS)
 def test_stores_stream_where_forced_and_by_size(units, tier, op, monkeypatch):
-    """The mutant's outputs show where the streamed stores ran: every aligned row when forced,
-    none when masked or below the bound, every row at the bound (3/4 of the last-level cache)."""
+    """The mutant's fp32 outputs show where the streamed stores ran: every aligned row when
+    forced, none when masked or below the bound, every row at the bound (3/4 of the last-level
+    cache, counting every tensor the call reads and writes)."""
     plain, mutant = units(tier)
     cols = 4096
     g = torch.Generator().manual_seed(6)
     w, b = torch.randn(cols, generator=g), torch.randn(cols, generator=g)
 
-    def streamed_rows(lib, rows: int) -> list[int]:
-        x = torch.randn(rows, cols, generator=g)
-        got, ref = _run(lib, op, x, w, b), _run(plain, op, x, w, b)
-        return [r for r in range(rows) if not torch.equal(got[r], ref[r])]
+    def streamed_rows(lib, rows: int) -> list[list[int]]:
+        return _streamed_rows(lib, plain, op, torch.randn(rows, cols, generator=g), w, b)
 
-    assert streamed_rows(_fresh(mutant, f"default-small-{tier}-{op}"), 8) == [], "streamed a small call"
+    def every(rows: int) -> list[list[int]]:
+        return [list(range(rows))] * (2 if op == "add_rms_norm" else 1)
+
+    none = every(0)
+    assert streamed_rows(_fresh(mutant, f"default-small-{tier}-{op}"), 8) == none, "streamed a small call"
     monkeypatch.setenv("KERNEL_CPU_FORCE", "streamstores")
-    assert streamed_rows(_fresh(mutant, f"forced-{tier}-{op}"), 8) == list(range(8)), "KERNEL_CPU_FORCE=streamstores"
+    assert streamed_rows(_fresh(mutant, f"forced-{tier}-{op}"), 8) == every(8), "KERNEL_CPU_FORCE=streamstores"
     monkeypatch.delenv("KERNEL_CPU_FORCE")
-    row_bytes = 2 * cols * 4  # read and written
+    row_bytes = TENSORS_TOUCHED_BY_UNITS[op] * cols * 4  # read and written
     at_bound = math.ceil(3 * plain.llc_bytes() / 4 / row_bytes)
     if at_bound * row_bytes > 2 << 30:
         pytest.skip(f"a {plain.llc_bytes() >> 20} MiB last-level cache: the call at the bound needs over 2 GiB")
     by_size = _fresh(mutant, f"by-size-{tier}-{op}")
-    assert streamed_rows(by_size, at_bound - 1) == [], f"streamed below the bound ({at_bound - 1} rows)"
-    assert streamed_rows(by_size, at_bound) == list(range(at_bound)), f"did not stream at {at_bound} rows"
+    assert streamed_rows(by_size, at_bound - 1) == none, f"streamed below the bound ({at_bound - 1} rows)"
+    assert streamed_rows(by_size, at_bound) == every(at_bound), f"did not stream at {at_bound} rows"
     monkeypatch.setenv("KERNEL_CPU_MASK", "streamstores")  # read at the unit's first call
-    assert streamed_rows(_fresh(mutant, f"masked-{tier}-{op}"), at_bound) == [], "KERNEL_CPU_MASK=streamstores"
+    assert streamed_rows(_fresh(mutant, f"masked-{tier}-{op}"), at_bound) == none, "KERNEL_CPU_MASK=streamstores"
+
+
+@pytest.mark.parametrize("tier", ["avx2", "avx512"])
+def test_bf16_streams_only_the_unscreened_residual(units, tier, monkeypatch):
+    """bf16 under the force: add_rms_norm's updated residual streams (every row of the mutant
+    wrong), its screened output and rms_norm's do not, nor does layer_norm's (fp32 only)."""
+    plain, mutant = units(tier)
+    monkeypatch.setenv("KERNEL_CPU_FORCE", "streamstores")
+    forced = _fresh(mutant, f"forced-bf16-{tier}")
+    g = torch.Generator().manual_seed(7)
+    x, w, b = (torch.randn(*shape, generator=g).bfloat16() for shape in ((8, 1024), (1024,), (1024,)))
+    assert _streamed_rows(forced, plain, "add_rms_norm", x, w, b) == [[], list(range(8))]
+    assert _streamed_rows(forced, plain, "rms_norm", x, w, b) == [[]]
+    assert _streamed_rows(forced, plain, "layer_norm", x, w, b) == [[]]
 
 
 # ---- the sweep that re-measures the bound (examples/stream_store_sweep.py) ----
@@ -152,8 +189,12 @@ def test_sweep_sizes_and_rule_match_the_units():
     """rows_for puts a call at a fraction of the cache; rule_streams is bypass_caches_for's bound."""
     from kernel_harness.bench.stream_stores import rows_for, rule_streams
 
+    from kernel_harness.bench.stream_stores import TENSORS_TOUCHED
+
+    assert TENSORS_TOUCHED == {op: TENSORS_TOUCHED_BY_UNITS[op] for op in OPS}
     llc = 32 << 20
     assert rows_for(1.0, 4096, llc) == 1024 and rows_for(0.75, 4096, llc) == 768 and rows_for(1e-9, 4096, llc) == 1
+    assert rows_for(1.0, 4096, llc, tensors=4) == 512
     bound = math.ceil(3 * llc / 4)
     assert rule_streams(bound, llc) and not rule_streams(bound - 1, llc)
 
@@ -190,7 +231,7 @@ def test_sweep_times_both_ops_in_both_modes(catalogue_kernel_dir, tmp_path):
     assert report["llc_bytes"] == (last_level_cache_bytes() or ASSUMED_LLC_BYTES) and report["rule_fraction"] == 0.75
     points = report["points"]
     assert sorted((p["op"], p["mode"]) for p in points) == sorted(
-        (op, mode) for op in OPS for mode in ("same input", "rotated"))
+        (op, mode) for op in OPS for mode in ("same input", "rotated"))  # the sweep covers the same ops
     for p in points:
         assert p["rule_streams"] is False and p["ci_low"] <= p["ratio"] <= p["ci_high"] and p["rounds"] == 3
         assert p["verdict"] in ("streams faster", "streams slower", "no measurable difference")

@@ -1,8 +1,8 @@
 """Where non-temporal output stores pay: a sweep that re-measures bypass_caches_for's bound.
 
-The generated fp32 rms_norm and layer_norm stream their rows once a call's
-input and output fill 3/4 of the last-level cache (``bypass_caches_for`` in
-cpu_features.hpp). That bound was measured on one Zen 4 EPYC; a CPU with
+The generated fp32 rms_norm, layer_norm and add_rms_norm stream their rows
+once a call's inputs and outputs fill 3/4 of the last-level cache
+(``bypass_caches_for`` in cpu_features.hpp). That bound was measured on one Zen 4 EPYC; a CPU with
 another cache or memory system may want another. This sweep times each op at
 row counts that put its call at given fractions of the last-level cache, with
 streaming forced on (``KERNEL_CPU_FORCE=streamstores``) and off
@@ -43,8 +43,10 @@ from . import stats
 from .process import with_steady_malloc
 from .stream_floor import ROTATION_LLC_MULTIPLE
 
-#: The ops whose fp32 rows follow bypass_caches_for (their STREAM_STORES knob at 2).
-OPS = ("rms_norm", "layer_norm")
+#: The ops whose fp32 rows follow bypass_caches_for (their STREAM_STORES knob at 2), and how
+#: many tensors of the call's shape each reads and writes (what the rule is given).
+TENSORS_TOUCHED = {"rms_norm": 2, "layer_norm": 2, "add_rms_norm": 4}
+OPS = tuple(TENSORS_TOUCHED)
 #: bypass_caches_for streams from this fraction of the last-level cache.
 RULE_FRACTION = 0.75
 MODES = ("same input", "rotated")
@@ -59,7 +61,7 @@ class SweepPoint:
     rows: int
     cols: int
     mode: str
-    nbytes: int  # the call's input and output bytes
+    nbytes: int  # the call's input and output bytes (every tensor it reads and writes)
     llc_fraction: float
     streamed_us: float
     cached_us: float
@@ -97,9 +99,9 @@ class SweepPoint:
                 "gain_left": self.gain_left}
 
 
-def rows_for(fraction: float, cols: int, llc_bytes: int, element_bytes: int = 4) -> int:
-    """Rows of ``cols`` fp32 elements whose input and output fill ``fraction`` of the cache."""
-    return max(1, math.ceil(fraction * llc_bytes / (2 * cols * element_bytes)))
+def rows_for(fraction: float, cols: int, llc_bytes: int, tensors: int = 2, element_bytes: int = 4) -> int:
+    """Rows of ``cols`` fp32 elements whose ``tensors`` inputs and outputs fill ``fraction`` of the cache."""
+    return max(1, math.ceil(fraction * llc_bytes / (tensors * cols * element_bytes)))
 
 
 def rule_streams(nbytes: int, llc_bytes: int) -> bool:
@@ -152,6 +154,9 @@ def _inputs(torch, op: str, rows: int, cols: int, mode: str, copies: int) -> lis
     weight, bias = torch.randn(cols, generator=generator), torch.randn(cols, generator=generator)
     xs = [torch.randn(rows, cols, generator=generator) for _ in range(copies if mode == "rotated" else 1)]
     outs = [torch.empty_like(x) for x in xs]
+    if op == "add_rms_norm":  # x is both inputs (their sum is as good a residual), out both outputs' first
+        pairs = [(o, torch.empty_like(o)) for o in outs]
+        return [lambda k, x=x, o=o: k.add_rms_norm(x, x, weight, 1e-6, out=o) for x, o in zip(xs, pairs, strict=True)]
     if op == "rms_norm":
         return [lambda k, x=x, o=o: k.rms_norm(x, weight, 1e-6, out=o) for x, o in zip(xs, outs, strict=True)]
     return [lambda k, x=x, o=o: k.layer_norm(x, weight, bias, 1e-5, out=o) for x, o in zip(xs, outs, strict=True)]
@@ -197,12 +202,14 @@ def sweep(kernel_dir: Path, script: Path, llc_bytes: int, ops: Sequence[str], fr
     try:
         for op in ops:
             for fraction in fractions:
-                rows = rows_for(fraction, cols, llc_bytes)
-                nbytes = 2 * rows * cols * 4
+                tensors = TENSORS_TOUCHED[op]
+                rows = rows_for(fraction, cols, llc_bytes, tensors)
+                nbytes = tensors * rows * cols * 4
                 for mode in MODES:
                     if progress:
                         progress(f"{op} {rows}x{cols} ({fraction:g} of the cache), {mode}")
-                    copies = max(2, math.ceil(ROTATION_LLC_MULTIPLE * llc_bytes / (nbytes / 2)))
+                    # each copy: one input and its outputs, so copies x (every tensor) spans three caches
+                    copies = max(2, math.ceil(ROTATION_LLC_MULTIPLE * llc_bytes / nbytes))
                     request = {"op": op, "rows": rows, "cols": cols, "mode": mode, "copies": copies,
                                "calls": calls}
                     points.append(_point(workers, request, rounds, nbytes, fraction, llc_bytes))
