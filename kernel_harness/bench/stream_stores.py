@@ -154,9 +154,12 @@ def _inputs(torch, op: str, rows: int, cols: int, mode: str, copies: int) -> lis
     weight, bias = torch.randn(cols, generator=generator), torch.randn(cols, generator=generator)
     xs = [torch.randn(rows, cols, generator=generator) for _ in range(copies if mode == "rotated" else 1)]
     outs = [torch.empty_like(x) for x in xs]
-    if op == "add_rms_norm":  # x is both inputs (their sum is as good a residual), out both outputs' first
-        pairs = [(o, torch.empty_like(o)) for o in outs]
-        return [lambda k, x=x, o=o: k.add_rms_norm(x, x, weight, 1e-6, out=o) for x, o in zip(xs, pairs, strict=True)]
+    if op == "add_rms_norm":  # two inputs and two outputs per copy: the four tensors the rule counts
+        calls = []
+        for x, o in zip(xs, outs, strict=True):
+            residual, pair = torch.randn(rows, cols, generator=generator), (o, torch.empty_like(o))
+            calls.append(lambda k, x=x, r=residual, o=pair: k.add_rms_norm(x, r, weight, 1e-6, out=o))
+        return calls
     if op == "rms_norm":
         return [lambda k, x=x, o=o: k.rms_norm(x, weight, 1e-6, out=o) for x, o in zip(xs, outs, strict=True)]
     return [lambda k, x=x, o=o: k.layer_norm(x, weight, bias, 1e-5, out=o) for x, o in zip(xs, outs, strict=True)]
