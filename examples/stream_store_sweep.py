@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         fractions = [float(f) for f in args.fractions.split(",") if f]
     except ValueError:
         return _usage(f"--fractions {args.fractions}: comma-separated positive numbers, such as 0.5,0.75,1.")
-    if not fractions or min(fractions) <= 0 or args.cols < 1 or args.rounds < 3 or args.calls < 1:
+    if (not fractions or not all(math.isfinite(f) and f > 0 for f in fractions) or args.cols < 1
+            or args.rounds < 3 or args.calls < 1):
         return _usage(f"--fractions {args.fractions} --cols {args.cols} --rounds {args.rounds} --calls {args.calls}: "
                       "fractions and cols must be positive, rounds at least 3 (for an interval), calls at least 1.")
     from rich.console import Console
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         points = sweep(kernel_dir.resolve(), Path(__file__).resolve(), llc, ops, fractions, cols=args.cols,
                        rounds=args.rounds, calls=args.calls, progress=lambda what: console.log(f"timing {what}"))
-    except (RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError, ValueError) as exc:
         print(f"stream_store_sweep.py: the kernel in {kernel_dir} could not be timed: {exc}", file=sys.stderr)
         return 3
     table = Table(title=f"{cpu_model()}: streamed over cached stores, fp32 x {args.cols} columns, "

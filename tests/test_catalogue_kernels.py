@@ -168,6 +168,49 @@ def test_add_rms_norm_leaves_inputs_unchanged(kernel, force_tier):
         assert torch.equal(x, x0) and torch.equal(r, r0)
 
 
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_in_place_calls_give_the_out_of_place_results(kernel, force_tier, tier, dtype):
+    """out= may share memory with an input (out=x; the residual updated in place, as vLLM's
+    fused_add_rms_norm does): the bridges then work from copies (aliased()), so every result
+    equals the out-of-place call's, bit for bit. Before, the bodies read what they had already
+    written: add_rms_norm with out=(y, residual) went wrong in both dtypes. Sizes where bf16
+    rows take fix-ups (the 256 x 4096 rows here)."""
+    force_tier(tier)
+    g = torch.Generator().manual_seed(11)
+    x, r = (torch.randn(256, 4096, generator=g).to(dtype) for _ in range(2))
+    w, b = (torch.randn(4096, generator=g).to(dtype) for _ in range(2))
+
+    def in_place(fn, source):
+        target = source.clone()
+        fn(target)
+        return target
+
+    assert torch.equal(in_place(lambda t: kernel.rms_norm(t, w, 1e-6, out=t), x), kernel.rms_norm(x, w, 1e-6))
+    assert torch.equal(in_place(lambda t: kernel.softmax(t, out=t), x), kernel.softmax(x))
+    assert torch.equal(in_place(lambda t: kernel.layer_norm(t, w, b, 1e-5, out=t), x), kernel.layer_norm(x, w, b, 1e-5))
+    y, h = kernel.add_rms_norm(x, r, w, 1e-6)
+    residual, y2 = r.clone(), torch.empty_like(x)
+    kernel.add_rms_norm(x, residual, w, 1e-6, out=(y2, residual))  # the residual updated in place
+    assert torch.equal(y2, y) and torch.equal(residual, h)
+    x2, h2 = x.clone(), torch.empty_like(x)
+    kernel.add_rms_norm(x2, r, w, 1e-6, out=(x2, h2))
+    assert torch.equal(x2, y) and torch.equal(h2, h)
+    wide = torch.randn(256, 2 * 4096, generator=g).to(dtype)
+    for op in (kernel.silu_and_mul, kernel.gelu_and_mul):
+        target = wide.clone()
+        out = target.view(-1)[: 256 * 4096].view(256, 4096)  # contiguous, over x's first 128 rows
+        op(target, out=out)
+        assert torch.equal(out, op(wide))
+
+
+def test_add_rms_norm_refuses_one_tensor_for_both_outputs(kernel):
+    x, r, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
+    both = torch.empty(4, 64)
+    with pytest.raises(RuntimeError, match=r"out\[0\] and out\[1\] share memory"):
+        kernel.add_rms_norm(x, r, w, 1e-6, out=(both, both))
+
+
 def test_out_with_wrong_shape_is_refused(kernel):
     x, w = torch.randn(4, 16), torch.randn(16)
     with pytest.raises(RuntimeError, match=r"out has shape \[4, 8\].*result has shape \[4, 16\]"):

@@ -146,6 +146,31 @@ def test_leading_dims_out_and_fp16(kernel, force_tier, tier):
     assert torch.equal(out, ref)
 
 
+@pytest.mark.parametrize("tier", TIERS)
+def test_out_sharing_memory_with_an_input_gives_the_out_of_place_result(kernel, force_tier, tier):
+    """linear, linear_int8 and decode_attention with out= over an input (x with N = K, q): the
+    bridges run on copies of the inputs (aliased()), so the result is the out-of-place call's.
+    Without that a GEMM's later column blocks would read rows of x it had already overwritten."""
+    force_tier(tier)
+    for dtype in (torch.float32, torch.bfloat16):
+        x, w, b = _case(40, 96, 96, dtype, seed=3)
+        for weight in (w, kernel.prepack(w)):
+            target = x.clone()
+            kernel.linear(target, weight, b, out=target)
+            assert torch.equal(target, kernel.linear(x, weight, b)), f"linear {dtype}"
+        q8 = torch.randint(-127, 128, (96, 96), dtype=torch.int8)
+        scales = torch.rand(96) * 1e-2
+        target = x.clone()
+        kernel.linear_int8(target, q8, scales, b, out=target)
+        assert torch.equal(target, kernel.linear_int8(x, q8, scales, b)), f"linear_int8 {dtype}"
+        gen = torch.Generator().manual_seed(4)
+        q = torch.randn(2, 4, 64, generator=gen).to(dtype)
+        k_cache, v_cache = (torch.randn(2, 4, 300, 64, generator=gen).to(dtype) for _ in range(2))
+        target = q.clone()
+        kernel.decode_attention(target, k_cache, v_cache, 0.125, out=target)
+        assert torch.equal(target, kernel.decode_attention(q, k_cache, v_cache, 0.125)), f"decode {dtype}"
+
+
 @pytest.mark.parametrize("tier", ("avx2", "avx512"))
 def test_plain_weight_takes_the_tiled_path_from_32_rows(kernel, force_tier, tier):
     """fp32 on continuous data: from M = 32 (LINEAR_TILE_MIN_ROWS) a plain weight's panels are

@@ -27,15 +27,18 @@ NS = f"{PACKAGE}_cpu"
 OPS = ("rms_norm", "layer_norm", "add_rms_norm")
 # Tensors of the call's shape each op reads and writes: what the units give bypass_caches_for.
 TENSORS_TOUCHED_BY_UNITS = {"rms_norm": 2, "layer_norm": 2, "add_rms_norm": 4}
-# The streamed pair stores, made to write their values plus one: the fp32 (and fp16) pair of two
-# vectors, and each unit's bf16 pair of one vector of words.
+# The streamed stores, made to write their values plus one: the fp32 (and fp16) pair of two
+# vectors, each unit's bf16 pair of one vector of words, and its single bf16 vector (rms_norm's
+# row tails and its one-vector streamed path).
 PLUS_ONE = "vadd(a, vset1(1.0f)), vadd(b, vset1(1.0f))"
 MUTATIONS = {
     tier: {"  store_stream(p, a);\n  store_stream(p + W, b);":
            "  store_stream(p, vadd(a, vset1(1.0f)));\n  store_stream(p + W, vadd(b, vset1(1.0f)));",
            f"_{width}_stream_si{bits}(aligned, bf16_pair_rounded(a, b));":
-           f"_{width}_stream_si{bits}(aligned, bf16_pair_rounded({PLUS_ONE}));"}
-    for tier, width, bits in (("avx2", "mm256", 256), ("avx512", "mm512", 512))
+           f"_{width}_stream_si{bits}(aligned, bf16_pair_rounded({PLUS_ONE}));",
+           f"{single}(a, to_bf16(v));": f"{single}(a, to_bf16(vadd(v, vset1(1.0f))));"}
+    for tier, width, bits, single in (("avx2", "mm256", 256, "_mm_stream_si128"),
+                                      ("avx512", "mm512", 512, "_mm256_stream_si256"))
 }
 
 
@@ -109,11 +112,12 @@ def test_last_level_cache_and_the_bypass_bound(units, tier):
 
 @pytest.mark.parametrize("tier", ["avx2", "avx512"])
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
 def test_forced_streaming_gives_the_same_bits(units, tier, op, dtype, monkeypatch):
     """Outputs streamed (forced) and not (masked): identical, with rows of a length that is no
-    multiple of the block (tails) and rows that start unaligned. bf16: add_rms_norm streams its
-    updated residual as one vector of words per pair; the other outputs stay as they were."""
+    multiple of the block (tails) and rows that start unaligned. 16-bit: add_rms_norm streams its
+    updated residual (a bf16 pair as one vector of words, an fp16 pair as two half vectors); the
+    other outputs stay as they were."""
     plain, _ = units(tier)
     monkeypatch.setenv("KERNEL_CPU_FORCE", "streamstores")
     forced = _fresh(plain, f"forced-{tier}-{op}-{dtype}")
@@ -151,14 +155,16 @@ def test_stores_stream_where_forced_and_by_size(units, tier, op, monkeypatch):
         return [list(range(rows))] * (2 if op == "add_rms_norm" else 1)
 
     none = every(0)
-    assert streamed_rows(_fresh(mutant, f"default-small-{tier}-{op}"), 8) == none, "streamed a small call"
-    monkeypatch.setenv("KERNEL_CPU_FORCE", "streamstores")
-    assert streamed_rows(_fresh(mutant, f"forced-{tier}-{op}"), 8) == every(8), "KERNEL_CPU_FORCE=streamstores"
-    monkeypatch.delenv("KERNEL_CPU_FORCE")
     row_bytes = TENSORS_TOUCHED_BY_UNITS[op] * cols * 4  # read and written
     at_bound = math.ceil(3 * plain.llc_bytes() / 4 / row_bytes)
     if at_bound * row_bytes > 2 << 30:
         pytest.skip(f"a {plain.llc_bytes() >> 20} MiB last-level cache: the call at the bound needs over 2 GiB")
+    small = min(8, at_bound - 1)  # below the bound whatever the cache
+    assert small >= 1, f"a {plain.llc_bytes()} byte last-level cache: no call of {cols} columns is below the bound"
+    assert streamed_rows(_fresh(mutant, f"default-small-{tier}-{op}"), small) == none, "streamed a small call"
+    monkeypatch.setenv("KERNEL_CPU_FORCE", "streamstores")
+    assert streamed_rows(_fresh(mutant, f"forced-{tier}-{op}"), small) == every(small), "KERNEL_CPU_FORCE=streamstores"
+    monkeypatch.delenv("KERNEL_CPU_FORCE")
     by_size = _fresh(mutant, f"by-size-{tier}-{op}")
     assert streamed_rows(by_size, at_bound - 1) == none, f"streamed below the bound ({at_bound - 1} rows)"
     assert streamed_rows(by_size, at_bound) == every(at_bound), f"did not stream at {at_bound} rows"
@@ -222,6 +228,10 @@ def test_sweep_times_both_ops_in_both_modes(catalogue_kernel_dir, tmp_path):
     import subprocess
     import sys
 
+    llc = last_level_cache_bytes() or ASSUMED_LLC_BYTES
+    if llc > 256 << 20:
+        pytest.skip(f"a {llc >> 20} MiB last-level cache: the rotated inputs (three caches deep) would take "
+                    f"{3 * llc >> 20} MiB in each of the sweep's two workers")
     out = tmp_path / "sweep.json"
     run = subprocess.run([sys.executable, str(SWEEP), "--kernel-dir", str(catalogue_kernel_dir), "--fractions", "0.02",
                           "--rounds", "3", "--calls", "2", "--json", str(out)],
@@ -239,6 +249,7 @@ def test_sweep_times_both_ops_in_both_modes(catalogue_kernel_dir, tmp_path):
 
 @pytest.mark.parametrize("args, needle", [(["--ops", "softmax"], "--ops softmax"),
                                           (["--fractions", "a,b"], "--fractions a,b"),
+                                          (["--fractions", "0.5,nan"], "--fractions 0.5,nan"),
                                           (["--rounds", "2"], "rounds at least 3"),
                                           (["--kernel-dir", "/nonexistent/k"], "has no build/ directory")])
 def test_sweep_rejects_bad_usage_in_one_line(args, needle, tmp_path):
@@ -247,3 +258,15 @@ def test_sweep_rejects_bad_usage_in_one_line(args, needle, tmp_path):
 
     run = subprocess.run([sys.executable, str(SWEEP), *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 2 and needle in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_sweep_workers_differ_only_in_the_streaming_knob():
+    """Each worker lists streamstores in its own knob only, whatever the user left set, and keeps
+    every other token (a masked instruction set stays masked on both sides)."""
+    from kernel_harness.bench.stream_stores import setting_env
+
+    base = {"KERNEL_CPU_FORCE": "streamstores", "KERNEL_CPU_MASK": "avx512bf16,StreamStores", "OTHER": "1"}
+    assert setting_env(base, "KERNEL_CPU_FORCE") == {"KERNEL_CPU_FORCE": "streamstores",
+                                                     "KERNEL_CPU_MASK": "avx512bf16", "OTHER": "1"}
+    assert setting_env(base, "KERNEL_CPU_MASK") == {"KERNEL_CPU_MASK": "avx512bf16,streamstores", "OTHER": "1"}
+    assert base["KERNEL_CPU_FORCE"] == "streamstores"  # not modified in place

@@ -135,6 +135,10 @@ def test_generated_layers_follow_the_baseline(script, tmp_path):
     assert 'check_arg(cos, op, "cos", {at::kFloat}, "float32", 2);' in bridge
     assert 'check_dim(cos, 0, "cos", q, 0, "q", op);' in bridge
     assert 'check_result(out, std::vector<int64_t>{x.size(0)}, at::kFloat, op, "out");' in bridge
+    # an out= over an input (out=q: RoPE in place) reruns on copies of every tensor input
+    assert ("if (aliased({q, cos, sin}, {out})) return ::rope_out(out, q.clone(), cos.clone(), sin.clone());"
+            in bridge)
+    assert "return ::add_norm_out(out0, out1, x.clone(), residual.clone(), weight.clone(), eps);" in bridge
     tiers = (d / f"{PACKAGE}_cpu/{PACKAGE}_tiers.hpp").read_text()
     assert ("void rope(DType dt_, void* out, const void* q, int64_t q_size0, int64_t q_size1, int64_t q_size2, "
             "const float* cos, int64_t cos_size0, int64_t cos_size1") in tiers

@@ -20,10 +20,11 @@ paired-round bootstrap interval of :mod:`.stats`; "streams faster" or
 "streams slower" is claimed only when the whole interval lies on one side of
 1. The rule is meant for an input the previous op has just written (cached
 while it fits) and keeps an output that fits cached for the op that reads it
-next, which this sweep does not time: so a same-input point that the
-measured winner contradicts is flagged (``rule_disagrees``), while a rotated
-point where streaming wins below the bound is only noted as the gain the rule
-leaves when the input comes from memory (``gain_left``). On the Zen 4 EPYC
+next, which this sweep does not time: so a point where streaming measured
+slower above the bound, or (same input) faster below it, is flagged
+(``rule_disagrees``), while a rotated point where streaming wins below the
+bound is only noted as the gain the rule leaves when the input comes from
+memory (``gain_left``). On the Zen 4 EPYC
 (2026-12-04) every rotated point streamed faster, from 1/4 of the cache up.
 """
 
@@ -50,7 +51,9 @@ OPS = tuple(TENSORS_TOUCHED)
 #: bypass_caches_for streams from this fraction of the last-level cache.
 RULE_FRACTION = 0.75
 MODES = ("same input", "rotated")
-SETTINGS = {"streamed": {"KERNEL_CPU_FORCE": "streamstores"}, "cached": {"KERNEL_CPU_MASK": "streamstores"}}
+#: Which knob each worker lists "streamstores" in (see setting_env).
+SETTINGS = {"streamed": "KERNEL_CPU_FORCE", "cached": "KERNEL_CPU_MASK"}
+TOKEN = "streamstores"
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ def worker_main(kernel_dir: str) -> int:
         print(json.dumps({"error": f"could not load the kernel: {exc}"}), flush=True)
         return 3
     inputs: dict[tuple, list] = {}
+    cursor = 0  # the next copy to call: rotation continues across requests, as in stream_floor
     for line in sys.stdin:
         request = json.loads(line)
         key = (request["op"], request["rows"], request["cols"], request["mode"])
@@ -134,10 +138,12 @@ def worker_main(kernel_dir: str) -> int:
             if key not in inputs:
                 inputs.clear()  # one size at a time: the rotated copies are large
                 inputs[key] = _inputs(torch, *key, request["copies"])
+                cursor = 0
             calls = inputs[key]
             times = []
-            for i in range(request["calls"]):
-                call = calls[i % len(calls)]
+            for _ in range(request["calls"]):
+                call = calls[cursor % len(calls)]
+                cursor += 1
                 start = time.perf_counter_ns()
                 call(kernel)
                 times.append(time.perf_counter_ns() - start)
@@ -168,13 +174,29 @@ def _inputs(torch, op: str, rows: int, cols: int, mode: str, copies: int) -> lis
 # --------------------------------------------------------------------------- driver
 
 
+def setting_env(base: dict[str, str], knob: str) -> dict[str, str]:
+    """``base`` with "streamstores" listed in ``knob`` only: taken out of KERNEL_CPU_FORCE and
+    KERNEL_CPU_MASK (a force the user left set would make both workers stream) and added to
+    ``knob``, every other token kept (a masked instruction set must stay masked on both sides)."""
+    env = dict(base)
+    for var in SETTINGS.values():
+        tokens = [t for t in env.get(var, "").split(",") if t.strip() and t.strip().lower() != TOKEN]
+        if var == knob:
+            tokens.append(TOKEN)
+        if tokens:
+            env[var] = ",".join(tokens)
+        else:
+            env.pop(var, None)
+    return env
+
+
 class _Worker:
     """One worker process under one streaming setting."""
 
-    def __init__(self, kernel_dir: Path, script: Path, env: dict[str, str]):
+    def __init__(self, kernel_dir: Path, script: Path, knob: str):
         self.process = subprocess.Popen([sys.executable, str(script), "--worker", str(kernel_dir)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                        env=with_steady_malloc({**os.environ, **env}))
+                                        env=with_steady_malloc(setting_env(dict(os.environ), knob)))
 
     def times(self, request: dict[str, Any]) -> list[int]:
         assert self.process.stdin is not None and self.process.stdout is not None
@@ -183,7 +205,10 @@ class _Worker:
         line = self.process.stdout.readline()
         if not line:
             raise RuntimeError(f"the timing worker exited (code {self.process.wait()}) on {request['op']}")
-        answer = json.loads(line)
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            raise RuntimeError(f"the timing worker printed {line.strip()[:200]!r} instead of its times") from None
         if isinstance(answer, dict):
             raise RuntimeError(answer["error"])
         return answer
@@ -200,7 +225,7 @@ class _Worker:
 def sweep(kernel_dir: Path, script: Path, llc_bytes: int, ops: Sequence[str], fractions: Sequence[float],
           cols: int = 4096, rounds: int = 8, calls: int = 10, progress=None) -> list[SweepPoint]:
     """Every (op, fraction, mode), streamed against cached stores in alternating rounds."""
-    workers = {name: _Worker(kernel_dir, script, env) for name, env in SETTINGS.items()}
+    workers = {name: _Worker(kernel_dir, script, knob) for name, knob in SETTINGS.items()}
     points = []
     try:
         for op in ops:

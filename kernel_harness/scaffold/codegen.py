@@ -227,6 +227,12 @@ def _bridge(sig: Signature) -> tuple[str, str]:
     out_checks = "\n".join(
         f'  check_result({o.name}, {_out_sizes_expr(o)}, {_out_dtype_expr(sig, o)}, op, "{o.name}");'
         for o in sig.outputs)
+    # an out= that shares memory with an input reruns on copies of the inputs (aliased(), bridge.cpp)
+    inputs = ", ".join(p.name for p in sig.tensors)
+    outputs = ", ".join(o.name for o in sig.outputs)
+    copies = ", ".join([o.name for o in sig.outputs]
+                       + [f"{p.name}.clone()" if p.is_tensor else p.name for p in sig.params])
+    alias_guard = f"  if (aliased({{{inputs}}}, {{{outputs}}})) return ::{op}_out({copies});  // see aliased()"
     empty = " && ".join(f"{o.name}.numel() == 0" for o in sig.outputs)
     names = ", ".join(_call_names(sig, with_outputs=False))
     all_names = ", ".join(_call_names(sig, with_outputs=True))
@@ -245,6 +251,7 @@ void {op}_out({out_params}) {{
   const char* op = "${{name}}.{op}";
   {op}_check_inputs(op, {names});
 {out_checks}
+{alias_guard}
   if ({empty}) return;
   switch (${{ns}}::pick_tier("{op}", {problem})) {{
 #if KERNEL_HAVE_AVX512
