@@ -3,10 +3,10 @@
 Prints, per op, dtype, shape and tier: PyTorch us, ours us, speedup, GB/s, our
 time as a multiple of the floor (each ratio with its 95 % interval; a * marks a
 floor whose copy fits the last-level cache, a cache-resident copy rather than
-a trip to memory), and the tier that ran, under the CPU's model name. ``--tier avx2`` (or avx512, generic) forces that tier through
-KERNEL_CPU_ISA, ``--tier all`` times every tier this machine runs, one after
-the other for each case, and ``--tier auto`` (the default) times the
-dispatcher's own choice; tiers the CPU or the package lacks are listed as not
+a trip to memory), and the tier that ran, under the CPU's model name.
+``--tier avx2`` (or avx512, generic) forces that tier through KERNEL_CPU_ISA,
+``--tier all`` times every tier this machine runs, one after the other for
+each case, and ``--tier auto`` (the default) times the dispatcher's own choice; tiers the CPU or the package lacks are listed as not
 measured, with the reason. The numbers in the README's performance tables come
 from this script. It runs with the same fixed malloc thresholds as the
 benchmark's workers (eager bf16 rms_norm, with its large fp32 temporaries,

@@ -28,7 +28,7 @@ from ..cpu import cpu_model
 from ..portability import record_tier_evidence
 from .coverage import baseline_coverage
 from .options import DRIFT_NOTE, BenchResult, baseline_drift, spot_speedup
-from .throughput import last_level_cache_bytes as llc_bytes
+from ..machine import last_level_cache_bytes as llc_bytes
 
 SCHEMA_VERSION = 1
 

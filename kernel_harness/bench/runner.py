@@ -58,7 +58,7 @@ from .options import spot_rounds as _spot_rounds
 from .pinning import detect_pinning
 from .session import Session, cpu_has, omp_wait_policy, system_seed
 from .sweep import sweep_tiers
-from .throughput import last_level_cache_bytes as _last_level_cache_bytes
+from ..machine import last_level_cache_bytes as _last_level_cache_bytes
 from .throughput import machine_limits as _machine_limits
 from .throughput import measure_throughput
 from .timing import calibrate as _calibrate

@@ -256,12 +256,10 @@ def _point(workers: dict[str, _Worker], request: dict[str, Any], rounds: int, nb
     for r in range(rounds):
         for name in order if r % 2 == 0 else reversed(order):
             measured[name].add_round(workers[name].times(request))
-    # the cached side is the "baseline": its median over the streamed one's is the speedup
-    speedup = stats.speedup(measured["cached"], measured["streamed"])
-    ratio = 1.0 / speedup.value
-    low = None if speedup.ci_high is None else 1.0 / speedup.ci_high
-    high = None if speedup.ci_low is None else 1.0 / speedup.ci_low
+    # streamed over cached is a "speedup" of the cached time by the streamed one: the same paired bootstrap
+    ratio = stats.speedup(measured["streamed"], measured["cached"])
     return SweepPoint(
         op=request["op"], rows=request["rows"], cols=request["cols"], mode=request["mode"], nbytes=nbytes,
         llc_fraction=fraction, streamed_us=measured["streamed"].median_us, cached_us=measured["cached"].median_us,
-        ratio=ratio, ci_low=low, ci_high=high, rounds=rounds, rule_streams=rule_streams(nbytes, llc_bytes))
+        ratio=ratio.value, ci_low=ratio.ci_low, ci_high=ratio.ci_high, rounds=rounds,
+        rule_streams=rule_streams(nbytes, llc_bytes))

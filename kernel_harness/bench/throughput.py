@@ -41,13 +41,6 @@ def measure_throughput(session: Session, s: InputSet) -> None:
     r.throughput = info
 
 
-def last_level_cache_bytes() -> int | None:
-    """The last-level cache's size from sysfs (machine.last_level_cache_bytes), None when unknown."""
-    from ..machine import last_level_cache_bytes as from_sysfs  # machine is heavy: only when asked
-
-    return from_sysfs()
-
-
 _DTYPE_NAMES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 
 

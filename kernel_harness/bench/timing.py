@@ -21,7 +21,7 @@ from .checking import Checker
 from .conditions import RunQueueSampler, Watch, load_average
 from .options import DRIFT_NOTE, MAX_COLD_SETS, BenchResult, baseline_drift, spot_rounds
 from .session import Session
-from .throughput import last_level_cache_bytes
+from ..machine import last_level_cache_bytes
 
 
 def calibrate(t_call_ns: float, gen_ns: float, target_round_s: float, rounds: int,
