@@ -122,6 +122,37 @@ def test_op_matches_pytorch(kernel, force_tier, op, tier, dtype_name):
             assert_close(call(kernel), ref, dtype, extra, f"{op} {tier} {dtype_name} {rows}x{cols}")
 
 
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("op", ("silu_and_mul", "gelu_and_mul"))
+def test_activations_pass_the_strict_check_on_wide_inputs(kernel, force_tier, op, tier, dtype_name):
+    """The procedure's default rule against torch's float64 result rounded to the dtype (bf16/fp16:
+    half an ulp, i.e. correctly rounded; fp32: 1e-6 + 1e-5 |r|), for inputs of standard deviation
+    3 with every kind of lane: beyond gelu's fp32 range (|a| > 6) and silu's fast-exp range
+    (|a| > 87), +-inf, NaN, -0, and products in the denormal range. gelu's fp32 erf cancelled
+    for negative inputs (fp32 results 1e-4 off, 6 % of bf16 results an ulp off) and its 16-bit
+    outputs were not screened; the lenient rule of test_op_matches_pytorch let both through."""
+    from kernel_harness.correctness import compare_tensor
+
+    force_tier(tier)
+    dtype = DTYPES[dtype_name]
+    gen = torch.Generator().manual_seed(7)
+    specials = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, -6.0, 6.0, -6.5,
+                             -8.5, -13.0, 88.0, -88.0, -100.0, 100.0, 1e-3, -1e-3])
+    for cols in (4096 + 13, 5):
+        x = torch.randn(9, 2 * cols, generator=gen) * 3.0
+        n = min(cols, specials.numel())
+        x[0, :n] = specials[:n]          # lanes inside the first full block of a row
+        x[1, cols:cols + n] = 1e-30      # tiny second halves: outputs in the denormal range
+        x[2, :cols] *= 10.0              # a row mostly beyond both fast ranges
+        x = x.to(dtype)
+        xd = x.double()
+        act = F.silu if op == "silu_and_mul" else F.gelu
+        ref = (act(xd[:, :cols]) * xd[:, cols:]).to(dtype)
+        failure = compare_tensor(getattr(kernel, op)(x), ref)
+        assert failure is None, f"{op} {tier} {dtype_name} 9x{cols}: {failure.message}"
+
+
 def test_three_dim_input_is_flattened_into_rows(kernel, force_tier):
     force_tier("generic")
     x = torch.randn(3, 5, 64)

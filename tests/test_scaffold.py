@@ -257,7 +257,7 @@ def test_unknown_op_skeleton_builds_and_reports_todo_at_run_time(script, tmp_pat
 
 def test_avx512_unit_exposes_one_define_per_tuning_knob(tmp_path):
     """The demo's trials change exactly one '#define NAME value' line of the AVX512 unit."""
-    d = make(tmp_path, ("rms_norm", "silu_and_mul", "softmax", "layer_norm", "add_rms_norm"))
+    d = make(tmp_path, ("rms_norm", "silu_and_mul", "softmax", "layer_norm", "add_rms_norm", "gelu_and_mul"))
     text = (d / "my_kernel_cpu/my_kernel_avx512.cpp").read_text()
     for knob in (
         "RMS_NORM_FAST_SUMSQ", "RMS_NORM_ACCUMULATORS", "RMS_NORM_UNROLL", "RMS_NORM_PREFETCH_ROWS",
@@ -265,7 +265,7 @@ def test_avx512_unit_exposes_one_define_per_tuning_knob(tmp_path):
         "SILU_AND_MUL_STREAM_STORES", "SILU_AND_MUL_TABLE", "SILU_AND_MUL_PARALLEL_MIN_ELEMENTS",
         "SOFTMAX_PARALLEL_MIN_ELEMENTS", "RMS_NORM_PREFETCH_OUT_BYTES", "SOFTMAX_PREFETCH_OUT_BYTES",
         "RMS_NORM_PREFETCH_NEXT_BYTES", "SOFTMAX_PREFETCH_NEXT_BYTES", "LAYER_NORM_STREAM_STORES",
-        "ADD_RMS_NORM_STREAM_STORES",
+        "ADD_RMS_NORM_STREAM_STORES", "GELU_AND_MUL_UNROLL",
     ):
         assert len(re.findall(rf"^#define {knob} \d+$", text, re.MULTILINE)) == 1, knob
 
@@ -287,7 +287,8 @@ KNOB_VARIANT = {
     "RMS_NORM_PREFETCH_ROWS": "0",
     "RMS_NORM_STREAM_STORES": "1",
     "RMS_NORM_PARALLEL_MIN_ELEMENTS": "64",
-    "SILU_AND_MUL_UNROLL": "4",
+    "SILU_AND_MUL_UNROLL": "2",
+    "GELU_AND_MUL_UNROLL": "1",
     "SILU_AND_MUL_STREAM_STORES": "1",
     "SILU_AND_MUL_TABLE": "0",
     "SILU_AND_MUL_PARALLEL_MIN_ELEMENTS": "64",
@@ -344,8 +345,8 @@ RMS_NORM_REFERENCE = (
 @pytest.mark.slow
 def test_every_tuning_knob_setting_stays_correct(tmp_path):
     """The demo flips these knobs; the non-default settings must stay exact too."""
-    d = build_knob_variant(tmp_path, ("rms_norm", "silu_and_mul", "softmax", "layer_norm", "add_rms_norm"),
-                           KNOB_VARIANT)
+    d = build_knob_variant(tmp_path, ("rms_norm", "silu_and_mul", "softmax", "layer_norm", "add_rms_norm",
+                                      "gelu_and_mul"), KNOB_VARIANT)
     run_check(d, (
         "for tier in k.available_tiers():\n"
         "    os.environ['KERNEL_CPU_ISA'] = tier\n"
@@ -359,6 +360,10 @@ def test_every_tuning_knob_setting_stays_correct(tmp_path):
         "            got2 = k.silu_and_mul(x2)\n"
         "            if dt != torch.float32: assert torch.equal(got2, ref2), ('silu', tier, dt, rows, cols)\n"
         "            else: torch.testing.assert_close(got2, ref2, atol=1e-6, rtol=1e-5)\n"
+        "            ref6 = (F.gelu(x2d[..., :cols]) * x2d[..., cols:]).to(dt)\n"
+        "            got6 = k.gelu_and_mul(x2)\n"
+        "            if dt != torch.float32: assert torch.equal(got6, ref6), ('gelu', tier, dt, rows, cols)\n"
+        "            else: torch.testing.assert_close(got6, ref6, atol=1e-6, rtol=1e-5)\n"
         "            x3 = (3 * torch.randn(rows, cols)).to(dt)\n"
         "            torch.testing.assert_close(k.softmax(x3).double(), torch.softmax(x3.double(), -1), atol=1e-6,\n"
         "                                       rtol=torch.finfo(dt).eps if dt != torch.float32 else 1e-5)\n"
