@@ -204,24 +204,32 @@ def test_an_identical_build_against_itself(tmp_path, request):
         kernel_dir = request.getfixturevalue("catalogue_kernel_dir")
     except pytest.FixtureLookupError:
         pytest.skip("the catalogue_kernel_dir fixture (tests/fixtures_kernels.py) is not available")
-    code, report = run_bench(tmp_path, str(ROOT / "examples" / "rms_norm" / "baseline.py"),
-                             "--kernel-package", str(kernel_dir), "--against", str(kernel_dir),
-                             "--op", "harness_catalogue.rms_norm", "--accept-if-as-accurate",
-                             "--rounds", "8", "--calls", "5", "--against-max-s", "0")
-    assert code == 0, report and report["failures"][:3]
-    build = report["kernel_build"]
-    assert re.fullmatch(r"_harness_catalogue_cpu_[0-9a-f]{10}", build["module"])
-    assert build["module"].endswith(build["build_id"])
-    vs = report["vs_against"]
-    assert vs["against_build_id"] == build["build_id"]
-    assert report["conditions"]["tier_ran"] in report["conditions"]["supported_tiers"]
-    # one run of eight rounds is a sample: a reliable run of a build against itself is
-    # never called faster or slower by more than the noise a shared VM adds (its 9-of-10
-    # precision is a benchmark, scripts/bench_harness_precision.py --mode against, not a
-    # unit test: a 95 % interval misses the truth in one run in twenty by design)
-    lo, hi = vs["ci"]
-    assert lo <= vs["ratio"] <= hi
-    assert 0.8 <= vs["ratio"] <= 1.25 or not report["reliable"], (vs, report["conditions"])
+    # one run of eight rounds is a sample: a reliable run of a build against itself reads
+    # within the noise a shared VM adds (its 9-of-10 precision is a benchmark,
+    # scripts/bench_harness_precision.py --mode against, not a unit test: a 95 % interval
+    # misses the truth in one run in twenty by design, and a fresh-clone CI run on the
+    # Zen 4 read 1.28x with every worker's run-queue wait under the limit). So a reading
+    # outside 0.8-1.25 gets a second, independent run: a bias of the harness (one side
+    # favoured by its order, its process or its loading) reads outside in both.
+    readings = []
+    for _ in range(2):
+        code, report = run_bench(tmp_path, str(ROOT / "examples" / "rms_norm" / "baseline.py"),
+                                 "--kernel-package", str(kernel_dir), "--against", str(kernel_dir),
+                                 "--op", "harness_catalogue.rms_norm", "--accept-if-as-accurate",
+                                 "--rounds", "8", "--calls", "5", "--against-max-s", "0")
+        assert code == 0, report and report["failures"][:3]
+        build = report["kernel_build"]
+        assert re.fullmatch(r"_harness_catalogue_cpu_[0-9a-f]{10}", build["module"])
+        assert build["module"].endswith(build["build_id"])
+        vs = report["vs_against"]
+        assert vs["against_build_id"] == build["build_id"]
+        assert report["conditions"]["tier_ran"] in report["conditions"]["supported_tiers"]
+        lo, hi = vs["ci"]
+        assert lo <= vs["ratio"] <= hi
+        readings.append((vs, report["reliable"], report["conditions"]))
+        if 0.8 <= vs["ratio"] <= 1.25 or not report["reliable"]:
+            return
+    assert False, f"a reliable run of a build against itself read outside 0.8-1.25 twice: {readings}"
 
 
 # --------------------------------------------------------------------------- precision script
