@@ -192,6 +192,45 @@ def test_activations_pass_the_strict_check_on_wide_inputs(kernel, force_tier, op
         assert failure is None, f"{op} {tier} {dtype_name} near-tie pairs: {failure.message}"
 
 
+def norm_cases(op: str, dtype: torch.dtype, scale: float, rows: int, cols: int, gen: torch.Generator):
+    """(kernel call, float64 reference rounded to dtype) for the row-normalising ops."""
+    x, r = ((torch.randn(rows, cols, generator=gen) * scale).to(dtype) for _ in range(2))
+    w, b = (torch.randn(cols, generator=gen).to(dtype) for _ in range(2))
+    xd, rd, wd, bd = x.double(), r.double(), w.double(), b.double()
+    if op == "rms_norm":
+        return lambda k: k.rms_norm(x, w, 1e-6), F.rms_norm(xd, (cols,), wd, 1e-6).to(dtype)
+    if op == "add_rms_norm":  # normalises the unrounded sum, returns it rounded
+        h = xd + rd
+        return lambda k: k.add_rms_norm(x, r, w, 1e-6), (F.rms_norm(h, (cols,), wd, 1e-6).to(dtype), h.to(dtype))
+    if op == "softmax":
+        return lambda k: k.softmax(x), torch.softmax(xd, -1).to(dtype)
+    return lambda k: k.layer_norm(x, w, b, 1e-5), F.layer_norm(xd, (cols,), wd, bd, 1e-5).to(dtype)
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("op", ("rms_norm", "add_rms_norm", "softmax", "layer_norm"))
+def test_norms_pass_the_strict_check_on_wide_inputs(kernel, force_tier, op, tier, dtype_name):
+    """The procedure's default rule against torch's float64 result rounded to the dtype, inputs
+    of standard deviation 1, 3 and 100, rows with tails. Not layer_norm in bf16/fp16 in the
+    SIMD tiers: those outputs are rounded once from an fp32 result, faithfully but not
+    correctly, and 0.01-0.05 % of them are an ulp off (issue 23's note; fp32 passes)."""
+    from kernel_harness.correctness import compare_tensor
+
+    dtype = DTYPES[dtype_name]
+    if op == "layer_norm" and dtype != torch.float32 and tier != "generic":
+        pytest.skip("layer_norm's 16-bit SIMD outputs are faithfully rounded, not correctly (known gap)")
+    force_tier(tier)
+    gen = torch.Generator().manual_seed(3)
+    for scale in (1.0, 3.0, 100.0):
+        for rows, cols in ((17, 4096 + 13), (5, 7), (64, 1000)):
+            call, ref = norm_cases(op, dtype, scale, rows, cols, gen)
+            out = call(kernel)
+            for i, (o, r) in enumerate(zip(*((out, ref) if isinstance(ref, tuple) else ((out,), (ref,))))):
+                failure = compare_tensor(o, r)
+                assert failure is None, f"{op}[{i}] {tier} {dtype_name} x{scale} {rows}x{cols}: {failure.message}"
+
+
 def test_three_dim_input_is_flattened_into_rows(kernel, force_tier):
     force_tier("generic")
     x = torch.randn(3, 5, 64)
