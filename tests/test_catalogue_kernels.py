@@ -253,6 +253,25 @@ def test_layer_norm_rounds_correctly_where_the_bias_cancels(kernel, force_tier, 
         ref = F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5).to(dtype)
         failure = compare_tensor(kernel.layer_norm(x, w, b, 1e-5), ref)
         assert failure is None, f"layer_norm {tier} {dtype}: {failure.message}"
+    # Rows whose fp32 constants leave the normal range, and subnormal products (bf16 only: its
+    # range is fp32's). A review found each one storing NaN or a wrong rounding unflagged.
+    cols = 4096 + 13
+    x = torch.zeros(3, cols)
+    x[0, 1::2] = 2.0 ** -130                      # eps 0: rstd = 2^131 overflows fp32
+    x[1] = 1e37                                   # constant: c = -mean * rstd ~ -3e39
+    x[2] = torch.randn(cols, generator=torch.Generator().manual_seed(9))
+    w = torch.randn(cols, generator=torch.Generator().manual_seed(10))
+    w[::5] = 0.0
+    w[1::5] = 2.0 ** -133                         # y in fp32's subnormal range
+    b = torch.zeros(cols)
+    b[2::5] = 2.0 ** -134
+    x, w, b = x.to(torch.bfloat16), w.to(torch.bfloat16), b.to(torch.bfloat16)
+    for eps in (0.0, 1e-5):
+        ref = F.layer_norm(x.double(), (cols,), w.double(), b.double(), eps).to(torch.bfloat16)
+        got = kernel.layer_norm(x, w, b, eps)
+        rows = [0, 1, 2] if eps else [0, 2]  # eps 0 on the constant row divides by 0
+        failure = compare_tensor(got[rows], ref[rows])
+        assert failure is None, f"layer_norm {tier} bf16 eps={eps} out-of-range rows: {failure.message}"
 
 
 def test_three_dim_input_is_flattened_into_rows(kernel, force_tier):
