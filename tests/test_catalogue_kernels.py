@@ -235,7 +235,8 @@ def test_layer_norm_rounds_correctly_where_the_bias_cancels(kernel, force_tier, 
     to it: a fixed window of fp32 ulps around the rounding ties misses those lanes (the error
     bound must be per lane; 4 % of such fp16 outputs came out an ulp off). Also rows the fast
     statistics cannot take: an inf, a NaN, a constant row, a mean 3000 times the deviation, and
-    (bf16) values near 1e-30."""
+    (bf16) values near 1e-30; rows whose fp32 constants overflow; wide rows whose mean is 30
+    times the deviation."""
     from kernel_harness.correctness import compare_tensor
 
     force_tier(tier)
@@ -272,6 +273,18 @@ def test_layer_norm_rounds_correctly_where_the_bias_cancels(kernel, force_tier, 
         rows = [0, 1, 2] if eps else [0, 2]  # eps 0 on the constant row divides by 0
         failure = compare_tensor(got[rows], ref[rows])
         assert failure is None, f"layer_norm {tier} bf16 eps={eps} out-of-range rows: {failure.message}"
+    # Wide rows whose mean is 30 times their deviation: the one-pass statistics are accepted
+    # there only ~2^-29 accurate, so the fix-ups must certify their results (or refine the
+    # statistics); and 8192+ columns, where a too strict acceptance once sent every row to the
+    # scalar centred pass.
+    gen = torch.Generator().manual_seed(11)
+    cols = 8192 + 5
+    for dtype in (torch.bfloat16, torch.float16):
+        x = (torch.randn(6, cols, generator=gen) + 30.0).to(dtype)
+        w, b = (torch.randn(cols, generator=gen).to(dtype) for _ in range(2))
+        ref = F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5).to(dtype)
+        failure = compare_tensor(kernel.layer_norm(x, w, b, 1e-5), ref)
+        assert failure is None, f"layer_norm {tier} {dtype} mean 30x the deviation: {failure.message}"
 
 
 def test_three_dim_input_is_flattened_into_rows(kernel, force_tier):
