@@ -110,6 +110,36 @@ def test_tier_units_include_no_torch_headers(tmp_path):
     assert "_mm512_" not in compiled_code((d / "my_kernel_cpu/my_kernel_avx2.cpp").read_text(), avx2_flags)
 
 
+def test_shared_simd_sections_are_pasted_once_into_each_unit(tmp_path):
+    """cpu/simd_shared.inc holds vocabulary whose text is the same in both units:
+    every section has a placeholder in both unit templates, every placeholder a
+    section, and each generated unit holds the section's text exactly once."""
+    from kernel_harness.scaffold.project import TEMPLATES_DIR, shared_simd_values
+
+    shared = shared_simd_values(TEMPLATES_DIR / "project")
+    assert {"simd_lookup", "simd_pairs"} <= set(shared)
+    d = make(tmp_path, ALL_OPS)
+    for tier in ("avx2", "avx512"):
+        template = (TEMPLATES_DIR / "project" / f"cpu/{tier}.cpp.in").read_text()
+        assert set(re.findall(r"\$\{(simd_\w+)\}", template)) == set(shared), tier
+        unit = (d / f"my_kernel_cpu/my_kernel_{tier}.cpp").read_text()
+        for key, text in shared.items():
+            assert unit.count(text) == 1, (tier, key)
+        assert "lookup_times_row(" in unit and "${" not in unit
+
+
+def test_shared_simd_file_rejects_code_before_its_first_section(tmp_path):
+    from kernel_harness.scaffold.project import shared_simd_values
+
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    (cpu / "simd_shared.inc").write_text("// what this file is\n//@@ one\nint a;\n")
+    assert shared_simd_values(tmp_path) == {"simd_one": "int a;"}
+    (cpu / "simd_shared.inc").write_text("int stray;\n//@@ one\nint a;\n")
+    with pytest.raises(UsageError, match="before the first"):
+        shared_simd_values(tmp_path)
+
+
 def test_cpu_features_checks_os_support_and_amx_permission(tmp_path):
     text = (make(tmp_path) / "my_kernel_cpu/cpu_features.hpp").read_text()
     assert "namespace my_kernel_cpu" in text

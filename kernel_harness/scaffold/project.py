@@ -152,6 +152,22 @@ def _signature_spec(sig: Signature) -> OpSpec:
     return OpSpec(sig.op, "elementwise", sig.describe(), "", 1, complete=False)
 
 
+#: The SIMD vocabulary both units share (cpu/simd_shared.inc): each section is
+#: pasted verbatim at the unit's ${simd_<section>} line, so a function whose text
+#: is the same at 8 and 16 lanes is written once.
+SHARED_SIMD_FILE = "cpu/simd_shared.inc"
+
+
+def shared_simd_values(project: Path) -> dict[str, str]:
+    """``simd_<section>`` -> that section's text, for the units' placeholders."""
+    path = project / SHARED_SIMD_FILE
+    if not path.is_file():
+        raise UsageError(f"The shared SIMD template {path} is missing; restore templates/ from version control.")
+    parsed = parse_sections(path.read_text(encoding="utf-8"), source=str(path), required=(), comment_preamble=True)
+    # the placeholder's own line ends the pasted text: no blank line is added
+    return {f"simd_{name}": text.rstrip("\n") for name, text in parsed.items()}
+
+
 def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) -> ProjectPlan:
     """Render every file of the project into memory."""
     validate_options(options)
@@ -251,8 +267,10 @@ def plan_project(options: ScaffoldOptions, templates_dir: Path = TEMPLATES_DIR) 
     plan = ProjectPlan(directory=options.directory, name=name, specs=specs)
     for rel, template in layout.items():
         plan.files[rel] = render_file(project / template, values)
+    shared = shared_simd_values(project)
     for tier in simd_tiers:
-        tier_values = {**values, "cxx_flags": " ".join(tier_flags[tier]), "op_bodies": "\n".join(simd_by_tier[tier])}
+        tier_values = {**values, **shared, "cxx_flags": " ".join(tier_flags[tier]),
+                       "op_bodies": "\n".join(simd_by_tier[tier])}
         plan.files[f"{ns}/{name}_{tier}.cpp"] = render_file(project / f"cpu/{tier}.cpp.in", tier_values)
     return plan
 

@@ -52,8 +52,14 @@ def render_file(path: Path, values: Mapping[str, str]) -> str:
     return render(path.read_text(encoding="utf-8"), values, source=str(path))
 
 
-def parse_sections(text: str, *, source: str) -> dict[str, str]:
-    """Split an op template into its named sections (text between markers)."""
+def parse_sections(text: str, *, source: str, required: tuple[str, ...] = OP_SECTIONS,
+                   comment_preamble: bool = False) -> dict[str, str]:
+    """Split a template into its named sections (text between markers).
+
+    Op templates must hold every section of ``required`` and nothing before
+    their first marker; ``comment_preamble`` lets a shared file open with
+    ``//`` comment lines that say what it is (they belong to no section).
+    """
     sections: dict[str, list[str]] = {}
     current: str | None = None
     for line in text.splitlines(keepends=True):
@@ -61,13 +67,13 @@ def parse_sections(text: str, *, source: str) -> dict[str, str]:
         if match:
             current = match.group(1)
             if current in sections:
-                raise UsageError(f"Op template {source} defines section {current!r} twice.")
+                raise UsageError(f"Template {source} defines section {current!r} twice.")
             sections[current] = []
         elif current is not None:
             sections[current].append(line)
-        elif line.strip():
-            raise UsageError(f"Op template {source}: text before the first '//@@ <section>' marker.")
-    missing = [name for name in OP_SECTIONS if name not in sections]
+        elif line.strip() and not (comment_preamble and line.lstrip().startswith("//")):
+            raise UsageError(f"Template {source}: text before the first '//@@ <section>' marker.")
+    missing = [name for name in required if name not in sections]
     if missing:
-        raise UsageError(f"Op template {source} lacks section(s) {', '.join(missing)}.")
+        raise UsageError(f"Template {source} lacks section(s) {', '.join(missing)}.")
     return {name: "".join(lines).rstrip() + "\n" for name, lines in sections.items()}
