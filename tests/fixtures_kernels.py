@@ -213,3 +213,18 @@ def compile_tier_unit(plan, package: str, tier: str, wrapper: str, directory: Pa
     subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib)],
                    cwd=directory, check=True, capture_output=True, timeout=600)
     return ctypes.CDLL(str(lib))
+
+
+def assert_prefetch_hint_moved(l1_lib, l2_lib, tier: str, knob: str) -> None:
+    """A prefetch-level knob's two builds (ctypes libraries of one tier unit): the level-1 build
+    has more prefetcht0 and the level-2 build more prefetcht1 in the tier's machine code (the
+    knob reached the instructions); skipped where objdump cannot read the units."""
+    from kernel_harness.build.machine_code import prefetch_counts
+
+    counts = {(level, hint): prefetch_counts(Path(lib._name), hint)
+              for level, lib in ((1, l1_lib), (2, l2_lib)) for hint in ("prefetcht0", "prefetcht1")}
+    if None in counts.values():
+        pytest.skip("objdump (binutils) cannot read the units here")
+    got = {key: value[tier] for key, value in counts.items()}
+    assert got[2, "prefetcht1"] > got[1, "prefetcht1"] and got[1, "prefetcht0"] > got[2, "prefetcht0"], (
+        f"{knob}: the prefetch hints did not move between levels 1 and 2 in the {tier} unit: {got}")

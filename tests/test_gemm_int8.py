@@ -28,7 +28,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit, dtype_code, fresh_copy
+from fixtures_kernels import GEMM_PACKAGE, assert_prefetch_hint_moved, compile_tier_unit, dtype_code, fresh_copy
 from kernel_harness.correctness import compare_outputs
 from kernel_harness.cpu import cpu_flags, cpu_model, has_isa, row_streams_by_default
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
@@ -296,6 +296,22 @@ def _run_unit(lib, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.T
     ptrs = [ctypes.c_void_p(t.data_ptr()) for t in (out, x, q, s)]
     lib.run(dt, *ptrs, None, *[ctypes.c_int64(v) for v in (x.shape[0], q.shape[0], x.shape[1])])
     return out
+
+
+@pytest.mark.slow
+def test_prefetch_level_knob_picks_the_hint_and_changes_no_bit(tmp_path: Path):
+    """LINEAR_INT8_PREFETCH_LEVEL 2 (the default) prefetches the weight rows into the L2
+    (prefetcht1), 1 into the L1 (prefetcht0): the hint moves in the unit's machine code and the
+    results stay the same bits (decode rows and a tile's worth, both activation dtypes)."""
+    l1 = _int8_unit(tmp_path / "l1", "avx2", {"LINEAR_INT8_PREFETCH_LEVEL": "1"}, {})
+    l2 = _int8_unit(tmp_path / "l2", "avx2", {}, {})
+    assert_prefetch_hint_moved(l1, l2, "avx2", "LINEAR_INT8_PREFETCH_LEVEL")
+    gen = torch.Generator().manual_seed(7)
+    for m, dtype in ((1, torch.bfloat16), (3, torch.float32), (20, torch.bfloat16)):
+        x = torch.randn(m, 2048 + 96, generator=gen).to(dtype)
+        q = torch.randint(-127, 128, (40, 2048 + 96), dtype=torch.int8, generator=gen)
+        s = 0.01 * torch.rand(40, generator=gen) + 0.001
+        assert torch.equal(_run_unit(l1, x, q, s), _run_unit(l2, x, q, s)), f"M={m} {dtype}"
 
 
 def test_avx512_decode_reads_the_weight_rows_in_turn_within_the_knobs(tmp_path: Path, monkeypatch):

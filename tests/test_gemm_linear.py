@@ -28,7 +28,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fixtures_kernels import GEMM_PACKAGE, compile_tier_unit, dtype_code, fresh_copy
+from fixtures_kernels import GEMM_PACKAGE, assert_prefetch_hint_moved, compile_tier_unit, dtype_code, fresh_copy
 from kernel_harness.cpu import cpu_flags, cpu_model, cpu_vendor, has_isa, row_streams_by_default, skip_reason
 from kernel_harness.paths import SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
@@ -382,6 +382,21 @@ def test_linear_prefetch_knobs_at_0_take_their_prefetches_out(tmp_path: Path, de
     for m in (2, 4):  # the plain weight, x's rows past LINEAR_SEQ_NTA_MIN_X_KIB (lin_gemv_seq where it runs)
         x, w, b = _case(m, 40, 4096 + 40, torch.bfloat16, seed=m)
         assert torch.equal(_run_packed(on, x, w, b, packed=False), _run_packed(off, x, w, b, packed=False)), m
+
+
+@pytest.mark.slow
+def test_stream_prefetch_level_knob_picks_the_hint_and_changes_no_bit(tmp_path: Path, default_unit):
+    """LINEAR_STREAM_PREFETCH_LEVEL 2 (the default) prefetches the packed panels and the wide
+    paths' chunks into the L2 (prefetcht1), 1 into the L1 (prefetcht0): the hint moves in the
+    unit's machine code, and no result changes (the decode forms, the wide two-pass paths and
+    the tiles, both dtypes)."""
+    l1 = _linear_unit(tmp_path, "avx2", {"LINEAR_STREAM_PREFETCH_LEVEL": "1"})
+    l2 = default_unit("avx2")
+    assert_prefetch_hint_moved(l1, l2, "avx2", "LINEAR_STREAM_PREFETCH_LEVEL")
+    for m, dtype in ((1, torch.bfloat16), (4, torch.bfloat16), (5, torch.float32), (6, torch.float32),
+                     (40, torch.bfloat16)):
+        x, w, b = _case(m, 96, 300, dtype, seed=m)
+        assert torch.equal(_run_packed(l1, x, w, b), _run_packed(l2, x, w, b)), f"M={m} {dtype}"
 
 
 # ---------------------------------------------------------------- refusals
