@@ -114,8 +114,8 @@ BF16_GUARD = "kBf16"
 _BF16_GUARD_DEF_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+kBf16\b", re.MULTILINE)
 _BF16_INSN_CALL_RE = re.compile(r"\b(bf16_\w+_insn)\s*\(")
 _BF16_INSN_DEF_RE = re.compile(r"^\s*(?:static\s+)?(?:inline\s+)?(?!return\b|else\b)[\w:]+\s+bf16_\w+_insn\s*\(")
-# A local copy of the test (`const bool insn = kBf16;`): hot loops read kBf16 once, because
-# the test itself is a function-local static whose guard made GCC spill their registers.
+# A local copy of the test (`const bool insn = kBf16;`): hot loops read kBf16 once (it was a
+# function-local static whose guard made GCC spill their registers; now one load per read).
 _BF16_GUARD_ALIAS_RE = re.compile(r"\bconst\s+bool\s+(\w+)\s*=\s*\(?\s*kBf16\s*\)?\s*;")
 
 
