@@ -11,8 +11,10 @@ import pytest
 
 from kernel_harness.analysis.strategy import KNOWN_REFERENCE_IDS
 from kernel_harness.errors import UsageError
-from kernel_harness.profiling import (interpret, parse_perf_stat, perf_status, resolve_baseline, roofline_profile,
-                                      roofline_suggestions)
+from kernel_harness.profiling import (interpret, parse_annotate, parse_perf_stat, parse_report, perf_status,
+                                      resolve_baseline, roofline_profile, roofline_suggestions, spill_findings,
+                                      stack_vector_share)
+from kernel_harness.profiling.hotspots import HotSymbol, is_stack_vector_access, kernel_rows, sampling_status
 from test_machine import fake_profile, install_fake_profile
 
 DATA = Path(__file__).resolve().parent / "data" / "analysis"
@@ -105,6 +107,68 @@ def test_perf_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     status = perf_status()
     assert not status.available and "not installed" in status.reason
+
+
+# ------------------------------------------------------------------ perf record: hot symbols and spills
+
+
+def test_report_rows_keep_names_with_spaces_and_pick_the_kernel_library() -> None:
+    """perf report -t TAB output (captured): demangled names with spaces and commas survive, and only
+    the kernel's own library counts as the kernel."""
+    rows = parse_report((DATA / "perf_report_dso_symbol.txt").read_text())
+    assert rows[0].share == pytest.approx(0.487) and rows[0].dso == "_ar_cpu_16fbac97af.abi3.so"
+    assert rows[1].symbol == "ar_cpu::avx512::add_rms_norm_blocks<true, false, ar_cpu::bf16_t>"
+    mine = kernel_rows(rows, {"_ar_cpu_16fbac97af.abi3.so"})
+    assert [r.symbol for r in mine][:1] == ["ar_cpu::avx512::add_rms_norm_rows<ar_cpu::bf16_t>"]
+    assert all(r.dso == "_ar_cpu_16fbac97af.abi3.so" for r in mine)
+    assert kernel_rows(rows, {"_other_kernel.abi3.so"}) == []
+
+
+def test_spilling_loop_is_told_from_a_clean_one() -> None:
+    """Captured perf annotate of the avx512 unit's bf16 add_rms_norm while kBf16 was a function-local
+    static (its accumulators on the stack: 1.5x the time) against the avx2 rms_norm loop: the spill
+    share separates them by far more than the threshold, and only the first gets the finding."""
+    spilling = parse_annotate((DATA / "perf_annotate_spilling.txt").read_text())
+    clean = parse_annotate((DATA / "perf_annotate_clean.txt").read_text())
+    assert len(spilling) > 50 and len(clean) > 50
+    assert stack_vector_share(spilling) > 0.4
+    assert stack_vector_share(clean) < 0.03
+
+    def hot(share: float) -> HotSymbol:
+        return HotSymbol("f", "_k.so", 0.6, share)
+
+    findings = spill_findings(hot(stack_vector_share(spilling)), 15000)
+    assert [f.finding for f in findings] == ["spilled vectors in the hot loop"]
+    assert "cpuid-xgetbv-detection" in findings[0].references
+    assert set(findings[0].references) <= KNOWN_REFERENCE_IDS
+    assert spill_findings(hot(stack_vector_share(clean)), 15000) == []
+    assert spill_findings(None, 15000) == []
+
+
+def test_rbp_counts_as_the_stack_only_as_the_frame_pointer() -> None:
+    """GCC uses rbp as a general register unless the function set it up as its frame pointer: a load
+    through it is then an input, not a spill."""
+    load = "vmovups 0x20(%rbp),%ymm1"
+    assert is_stack_vector_access(load, rbp_is_frame=True)
+    assert not is_stack_vector_access(load, rbp_is_frame=False)
+    assert is_stack_vector_access("vmovaps %zmm3,0x40(%rsp)", rbp_is_frame=False)
+    assert not is_stack_vector_access("mov    0x8(%rsp),%rax", rbp_is_frame=True)  # not a vector
+    lines = parse_annotate("   60.00 :   1000:  vmovups 0x20(%rbp),%ymm1\n   40.00 :   1004:  vaddps %ymm1,%ymm2,%ymm2\n")
+    assert stack_vector_share(lines) == 0.0  # no `mov %rsp,%rbp`: rbp is a pointer here
+
+
+def test_sampling_status_without_perf(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    status = sampling_status()
+    assert not status.available and "not installed" in status.reason
+
+
+def test_sampling_status_when_perf_writes_no_samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A perf that exits 0 but writes no data file (as the counter-replaying fakes do) is not sampling."""
+    bin_dir = _fake_perf(tmp_path, (DATA / "perf_stat_streaming.csv").read_text())
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    status = sampling_status()
+    assert not status.available and "no samples" in status.reason and "\n" not in status.reason
 
 
 # ------------------------------------------------------------------ roofline profile arithmetic
@@ -219,6 +283,14 @@ def test_profiler_script_roofline_path(tmp_path: Path, monkeypatch: pytest.Monke
                          "suggestions", "next_step", "notes"}
     status = perf_status()
     assert data["perf"]["available"] == status.available
+    # Sampling needs no counters: where perf record works, the kernel's hottest function is named.
+    hotspots = data["hotspots"]
+    assert hotspots["available"] == sampling_status().available
+    if hotspots["available"]:
+        assert hotspots["samples"] > 0 and "perf record (" in run.stdout
+        assert hotspots["hottest"] is None or 0.0 <= hotspots["hottest"]["stack_vector_share"] <= 1.0
+    else:
+        assert "perf record: no samples" in run.stdout
     if not status.available:
         # One plain line about the counters, then the roofline profile.
         assert "perf stat: no counters" in run.stdout

@@ -28,7 +28,7 @@ KNOWN_REFERENCE_IDS: frozenset[str] = frozenset(
         "amx-tile-config", "amx-linux-permission", "cpublas-brgemm", "vnni-packing",
         "int8-dequant-gemm", "int8-dequant-gemm-avx2-exact", "int4-dequant-gemm", "level-vectorize", "level-threading",
         "level-memory-traffic", "level-fusion", "level-algorithm", "online-softmax-merge", "bf16-correct-rounding",
-        "nta-prefetch-read-once-stream",
+        "nta-prefetch-read-once-stream", "cpuid-xgetbv-detection",
     }
 )
 

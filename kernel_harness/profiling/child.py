@@ -9,7 +9,8 @@ profiler's own process.  Two modes:
   as JSON to ``--result``.
 * ``loop``: warm up (so the OpenMP pool exists), print ``READY`` on stdout,
   then call the op until ``--seconds`` have passed while the parent attaches
-  ``perf stat -p`` (or VTune) for a fixed window; write calls/second to ``--result``.
+  ``perf stat -p`` or ``perf record -p`` for a fixed window; write calls/second and
+  the kernel's library file names to ``--result``.
 
 Run as ``python -m kernel_harness.profiling.child --kernel-package P --op P.f --baseline B ...``.
 """
@@ -107,6 +108,15 @@ def loop(op: Callable[..., Any], inputs: list[Any], *, seconds: float) -> dict[s
     return {"calls": calls, "seconds": elapsed, "us_per_call": elapsed / max(1, calls) * 1e6}
 
 
+def kernel_libraries(module: Any) -> list[str]:
+    """File names of the native libraries in the kernel package's directory: the parent
+    picks the kernel's own functions out of a perf report by them."""
+    origin = getattr(module, "__file__", None)
+    if not origin:
+        return []
+    return sorted({path.name for path in Path(origin).resolve().parent.rglob("*.so")})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kernel-package", required=True)
@@ -124,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         inputs = load_baseline(args.baseline).draw_inputs(args.seed)
         with torch.no_grad():
             payload = (measure if args.mode == "measure" else loop)(op, inputs, seconds=args.seconds)
+        payload["libraries"] = kernel_libraries(module)
         payload["ok"] = True
     except Exception as exc:  # noqa: BLE001 - the parent turns this into a clear message
         payload = {"ok": False, "error": f"{type(exc).__name__}: {exc}",

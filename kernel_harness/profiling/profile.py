@@ -19,8 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..analysis.roofline import choose_limits
 from ..analysis.strategy import PARALLEL_MIN_US, check_reference_ids
@@ -31,9 +32,11 @@ from ..errors import ExitCode, KernelCrashed, UsageError
 from ..machine import MachineProfile
 from ..paths import EXAMPLES_DIR, PROJECT_ROOT
 from ..portability.host import TIER_BITS, widest_tier
+from .hotspots import hottest_kernel_symbol, record_attached, sample_count, sampling_status, spill_findings
 from .perfstat import EVENTS, PerfCounters, interpret, perf_status, run_perf_stat_attached
 
 SCHEMA_VERSION = 1
+T = TypeVar("T")
 CHILD_TIMEOUT_S = 300
 PERF_WINDOW_S = 3.0
 
@@ -106,8 +109,9 @@ def measure_in_child(kernel_package: str, op: str, baseline: Path, *, seconds: f
         return _read_child_result(result, run.returncode, run.stderr, f"for {op}")
 
 
-def perf_in_child(kernel_package: str, op: str, baseline: Path) -> tuple[PerfCounters, str, dict[str, Any]]:
-    """Run the op in a loop and attach ``perf stat -p`` for a fixed window after warm-up."""
+def _attached_to_loop(kernel_package: str, op: str, baseline: Path, attach: Callable[[int], T]) -> tuple[T, dict]:
+    """Run the op in a loop in a child and ``attach(pid)`` a tool for a fixed window after warm-up
+    (PERF_WINDOW_S); returns the tool's result and the child's loop report."""
     with tempfile.TemporaryDirectory(prefix="kh-perf-") as tmp:
         result = Path(tmp) / "result.json"
         child = subprocess.Popen(_child_cmd(kernel_package, op, baseline, "loop", PERF_WINDOW_S + 2.0, result),
@@ -123,8 +127,8 @@ def perf_in_child(kernel_package: str, op: str, baseline: Path) -> tuple[PerfCou
                 child.wait(timeout=30)
                 _read_child_result(result, child.returncode or 0, child.stderr.read() if child.stderr else "",
                                    f"for {op} (perf loop)")
-                raise KernelCrashed(f"{op} never became ready for perf stat.")
-            counters, raw = run_perf_stat_attached(child.pid, PERF_WINDOW_S)
+                raise KernelCrashed(f"{op} never became ready for perf.")
+            attached = attach(child.pid)
             child.wait(timeout=CHILD_TIMEOUT_S)
         finally:
             if child.poll() is None:
@@ -132,7 +136,38 @@ def perf_in_child(kernel_package: str, op: str, baseline: Path) -> tuple[PerfCou
                 child.wait()
         info = _read_child_result(result, child.returncode or 0, child.stderr.read() if child.stderr else "",
                                   f"for {op} (perf loop)")
-        return counters, raw, info
+        return attached, info
+
+
+def perf_in_child(kernel_package: str, op: str, baseline: Path) -> tuple[PerfCounters, str, dict[str, Any]]:
+    """``perf stat -p`` on the op's loop for a fixed window after warm-up."""
+    (counters, raw), info = _attached_to_loop(kernel_package, op, baseline,
+                                              lambda pid: run_perf_stat_attached(pid, PERF_WINDOW_S))
+    return counters, raw, info
+
+
+def hotspots_in_child(kernel_package: str, op: str, baseline: Path) -> dict[str, Any]:
+    """``perf record -e cpu-clock -p`` on the op's loop: the kernel's hottest function and the share of
+    its samples on spilled vectors (works without hardware counters)."""
+    status = sampling_status()
+    report: dict[str, Any] = {"available": status.available, "reason": status.reason, "event": "cpu-clock"}
+    if not status.available:
+        return report
+    with tempfile.TemporaryDirectory(prefix="kh-sample-") as tmp:
+        data = Path(tmp) / "perf.data"
+        _, info = _attached_to_loop(kernel_package, op, baseline,
+                                    lambda pid: record_attached(pid, PERF_WINDOW_S, data))
+        samples = sample_count(data) if data.is_file() else 0
+        hot = hottest_kernel_symbol(data, set(info.get("libraries", []))) if samples else None
+    if samples == 0:
+        report.update(available=False, reason="perf record wrote no samples for the op's loop")
+        return report
+    report.update(samples=samples, libraries=info.get("libraries", []),
+                  hottest=hot.to_dict() if hot is not None else None,
+                  findings=[f.to_dict() for f in spill_findings(hot, samples)])
+    if hot is None:
+        report["note"] = "no sample fell in the kernel's own libraries (the time went to PyTorch or Python)"
+    return report
 
 
 def run_vtune(config: Config, kernel_package: str, op: str, baseline: Path) -> dict[str, Any]:
@@ -320,6 +355,10 @@ def profile_op(kernel_package: str, op: str, baseline: Path | None, *, config: C
             perf["_counters"] = counters
             if not counters.supported:
                 perf.update(available=False, reason="perf stat -p returned no cycles/instructions for the kernel")
+    if config.perf_stat_enabled:
+        hotspots = hotspots_in_child(kernel_package, op, baseline_path)
+    else:
+        hotspots = {"available": False, "reason": "perf_stat_enabled is false in the config; sampling skipped"}
     load_before = _load_average()
     measured = measure_in_child(kernel_package, op, baseline_path, seconds=seconds)
     load = max(load_before, _load_average())
@@ -336,9 +375,10 @@ def profile_op(kernel_package: str, op: str, baseline: Path | None, *, config: C
         perf["findings"] = [f.to_dict() for f in interpret(counters_obj, compute_fraction=rp["compute_fraction"])]
     suggestions = roofline_suggestions(rp, machine, loaded=loaded)
     rp["load_average"] = round(load, 2)
-    # Counter findings are the strongest evidence: they come first, in their own order.
+    # Counter and sampling findings are the strongest evidence: they come first, in their own order.
+    measured_findings = perf.get("findings", []) + hotspots.get("findings", [])
     suggestions = [{"next_step": f["next_step"], "why": f"{f['finding']}: {f['evidence']}",
-                    "references": check_reference_ids(f["references"])} for f in perf.get("findings", [])] + suggestions
+                    "references": check_reference_ids(f["references"])} for f in measured_findings] + suggestions
     if machine.quick:
         notes.append("machine profile measured in quick mode; `python -m kernel_harness.machine --refresh` for "
                      "accurate limits")
@@ -351,6 +391,7 @@ def profile_op(kernel_package: str, op: str, baseline: Path | None, *, config: C
         "machine": {"cpu_model": machine.cpu_model, "logical_cpus": machine.logical_cpus,
                     "cache_key": machine.cache_key},
         "perf": perf,
+        "hotspots": hotspots,
         "vtune": run_vtune(config, kernel_package, op, baseline_path),
         "roofline_profile": rp,
         "suggestions": suggestions,

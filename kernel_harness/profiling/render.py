@@ -25,6 +25,7 @@ def print_profile(report: dict[str, Any], console: Console) -> None:
     else:
         console.print(f"[yellow]perf stat: no counters - {perf['reason']}; showing the roofline profile "
                       "instead.[/yellow]", soft_wrap=True)
+    print_hotspots(report.get("hotspots", {}), console)
     rp = report["roofline_profile"]
     lim = rp["limits"]
     console.print(f"Roofline profile ({rp['kind']}, {rp['dtype']}, FLOPs/bytes from {rp['counts_source']}):",
@@ -55,3 +56,22 @@ def print_profile(report: dict[str, Any], console: Console) -> None:
                       soft_wrap=True)
     for note in report["notes"]:
         console.print(f"  [yellow]note[/yellow]: {note}", soft_wrap=True)
+
+
+def print_hotspots(hotspots: dict[str, Any], console: Console) -> None:
+    """One line on where the samples fell, and the spill finding when there is one."""
+    if not hotspots.get("available"):
+        console.print(f"[yellow]perf record: no samples - {hotspots.get('reason', 'not run')}.[/yellow]",
+                      soft_wrap=True)
+        return
+    hot = hotspots.get("hottest")
+    if hot is None:
+        console.print(f"perf record ({hotspots['samples']} cpu-clock samples): {hotspots.get('note', '')}",
+                      soft_wrap=True)
+        return
+    console.print(f"perf record ({hotspots['samples']} cpu-clock samples): hottest kernel function "
+                  f"{hot['symbol']} ({100 * hot['share']:.0f}% of the samples), "
+                  f"{100 * hot['stack_vector_share']:.0f}% of its samples on vector loads/stores of the stack",
+                  soft_wrap=True)
+    for f in hotspots.get("findings", []):
+        console.print(f"  [bold]{f['finding']}[/bold]: {f['evidence']}", soft_wrap=True)

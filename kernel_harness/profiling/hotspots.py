@@ -1,0 +1,200 @@
+"""Where the kernel's time goes, by sampling: the hottest symbols and spilled vectors.
+
+Hardware counters are missing in many VMs, but perf's software clock
+(``cpu-clock``) samples anywhere perf runs. Sampling the op's loop names the
+hottest functions of the kernel's own library, and ``perf annotate`` of the
+hottest one gives the share of its samples on vector instructions that load
+or store the stack: spilled vectors. That share found the avx512 unit's
+accumulators kept in memory around a function-local static's guard (a
+possible call clobbers every vector register): bf16 loops took 1.5-1.9x the
+time until the answer was read once per call (README, issue 23). The same
+signature comes from too many live vectors (an unroll or chain count past
+the register file).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .perfstat import Finding, PerfStatus
+
+#: Share of the hottest kernel symbol's samples on stack vector loads/stores above which
+#: the loop is reported as spilling (healthy loops measured 0-3 %, the guarded ones 30-45 %).
+SPILL_SHARE = 0.10
+#: Sampling rate (Hz) of the software clock: a 3 s window gives ~6000 samples per thread.
+SAMPLE_HZ = 2000
+
+_PERCENT = re.compile(r"^\s*([\d.]+)%\s*$")
+_SYMBOL_FIELD = re.compile(r"^\[[.kgu]\]\s+(.+?)\s*$")
+_ANNOTATE_LINE = re.compile(r"^\s*(\d+\.\d+)\s*:\s+([0-9a-f]+):\s+(.*?)\s*$")
+_VECTOR_REGISTER = re.compile(r"%[xyz]mm\d+")
+_RSP_OPERAND = re.compile(r"\(%rsp[,)]")
+_RBP_OPERAND = re.compile(r"\(%rbp[,)]")
+# rbp addresses the stack only where the function made it the frame pointer; GCC's
+# -O2/-O3 code otherwise uses it as one more general register (an input pointer).
+_FRAME_POINTER = re.compile(r"\bmov\s+%rsp,%rbp\b")
+
+
+@dataclass(frozen=True)
+class SymbolShare:
+    """One row of ``perf report``: a function and the share of all samples it took."""
+
+    share: float  # 0-1 of every sample in the window
+    dso: str      # the library (or executable) it lives in, as perf names it
+    symbol: str
+
+
+@dataclass(frozen=True)
+class AnnotatedLine:
+    share: float      # 0-1 of the symbol's samples
+    address: str
+    instruction: str
+
+
+@dataclass(frozen=True)
+class HotSymbol:
+    """The kernel's hottest function, with the share of its samples on stack vector accesses."""
+
+    symbol: str
+    dso: str
+    share: float                 # of all samples
+    stack_vector_share: float    # of this symbol's samples
+    top_instructions: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_report(text: str) -> list[SymbolShare]:
+    """Rows of ``perf report --stdio -q --sort dso,symbol -t TAB``: tab-separated, because demangled
+    names hold spaces and perf pads the line with further columns."""
+    rows = []
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if len(fields) < 3:
+            continue
+        share, symbol = _PERCENT.match(fields[0]), _SYMBOL_FIELD.match(fields[2])
+        if share and symbol and fields[1].strip():
+            rows.append(SymbolShare(float(share.group(1)) / 100.0, fields[1].strip(), symbol.group(1)))
+    return rows
+
+
+def parse_annotate(text: str) -> list[AnnotatedLine]:
+    """Instruction lines of ``perf annotate --stdio`` (percent : address: instruction)."""
+    lines = []
+    for line in text.splitlines():
+        match = _ANNOTATE_LINE.match(line)
+        if match:
+            lines.append(AnnotatedLine(float(match.group(1)) / 100.0, match.group(2), match.group(3)))
+    return lines
+
+
+def is_stack_vector_access(instruction: str, *, rbp_is_frame: bool) -> bool:
+    """A vector register moved from or to a stack slot: a spill or its reload."""
+    if not _VECTOR_REGISTER.search(instruction):
+        return False
+    return bool(_RSP_OPERAND.search(instruction) or (rbp_is_frame and _RBP_OPERAND.search(instruction)))
+
+
+def stack_vector_share(lines: list[AnnotatedLine]) -> float:
+    """The share of a symbol's samples on stack vector accesses (0 when it has none)."""
+    total = sum(line.share for line in lines)
+    if total <= 0:
+        return 0.0
+    rbp_is_frame = any(_FRAME_POINTER.search(line.instruction) for line in lines)
+    spilled = sum(line.share for line in lines if is_stack_vector_access(line.instruction, rbp_is_frame=rbp_is_frame))
+    return spilled / total
+
+
+def kernel_rows(rows: list[SymbolShare], libraries: set[str]) -> list[SymbolShare]:
+    """The rows whose library is one of the kernel's (by file name), hottest first."""
+    return sorted((row for row in rows if Path(row.dso).name in libraries), key=lambda row: -row.share)
+
+
+def spill_findings(hot: HotSymbol | None, samples: int) -> list[Finding]:
+    """A finding when the kernel's hottest function spends SPILL_SHARE or more on stack vectors."""
+    if hot is None or hot.stack_vector_share < SPILL_SHARE:
+        return []
+    return [Finding(
+        "spilled vectors in the hot loop",
+        f"{100 * hot.stack_vector_share:.0f}% of the samples of {hot.symbol} ({100 * hot.share:.0f}% of "
+        f"{samples} cpu-clock samples) fall on vector loads and stores of the stack",
+        "keep the loop's vectors in registers: look for a possible call inside it (a function-local static's "
+        "guard, such as a CPU answer cached on first use, or an out-of-line helper) and read such answers "
+        "once before the loop; otherwise fewer live vectors (a smaller unroll or fewer chains)",
+        ("cpuid-xgetbv-detection", "multiple-accumulators", "unroll-and-prefetch"),
+    )]
+
+
+# ------------------------------------------------------------------ running perf
+
+
+def sampling_status(perf: str = "perf") -> PerfStatus:
+    """Whether ``perf record -e cpu-clock`` works here (it needs no hardware counters)."""
+    binary = shutil.which(perf)
+    if binary is None:
+        return PerfStatus(False, "perf is not installed (no `perf` on PATH)")
+    with tempfile.TemporaryDirectory(prefix="kh-sample-") as tmp:
+        data = Path(tmp) / "probe.data"
+        try:
+            run = subprocess.run([binary, "record", "-q", "-e", "cpu-clock", "-o", str(data), "--", "true"],
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return PerfStatus(False, f"perf record could not run: {exc}")
+        if run.returncode == 0 and data.is_file() and data.stat().st_size > 0:
+            return PerfStatus(True, "perf record samples the software clock")
+        text = (run.stderr or "").strip().splitlines()
+        if any("perf_event_paranoid" in line or "ermission" in line for line in text):
+            return PerfStatus(False, "perf is not allowed to sample here (kernel.perf_event_paranoid); run "
+                                     "`sudo sysctl kernel.perf_event_paranoid=1` or profile as root")
+        return PerfStatus(False, f"perf record wrote no samples ({text[-1] if text else f'exit {run.returncode}'})")
+
+
+def record_attached(pid: int, seconds: float, data: Path, perf: str = "perf") -> subprocess.CompletedProcess:
+    """Sample process ``pid`` on the software clock for ``seconds`` into ``data``."""
+    binary = shutil.which(perf) or perf
+    cmd = [binary, "record", "-q", "-e", "cpu-clock", "-F", str(SAMPLE_HZ), "-o", str(data), "-p", str(pid),
+           "--", "sleep", f"{seconds:g}"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+
+
+def _perf_text(args: list[str], perf: str) -> str:
+    binary = shutil.which(perf) or perf
+    try:
+        run = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return run.stdout
+
+
+def sample_count(data: Path, perf: str = "perf") -> int:
+    """Samples in ``data``, from ``perf report``'s "# Samples: 27K of event" line (0 if unreadable)."""
+    text = _perf_text(["report", "--stdio", "-i", str(data), "--sort", "dso"], perf)
+    match = re.search(r"^#\s*Samples:\s*([\d.]+)([KM]?)\b", text, flags=re.MULTILINE)
+    if match is None:
+        return 0
+    return int(float(match.group(1)) * {"": 1, "K": 1000, "M": 1000000}[match.group(2)])
+
+
+def hottest_kernel_symbol(data: Path, libraries: set[str], perf: str = "perf") -> HotSymbol | None:
+    """The kernel library's hottest function in ``data``, annotated; None without kernel samples."""
+    report = _perf_text(["report", "--stdio", "-q", "-i", str(data), "--sort", "dso,symbol",
+                         "--percent-limit", "0.5", "-t", "\t"], perf)
+    rows = kernel_rows(parse_report(report), libraries)
+    if not rows:
+        return None
+    top = rows[0]
+    annotate = _perf_text(["annotate", "--stdio", "-i", str(data), "-s", top.symbol], perf)
+    lines = parse_annotate(annotate)
+    hottest = sorted(lines, key=lambda line: -line.share)[:8]
+    return HotSymbol(
+        symbol=top.symbol, dso=Path(top.dso).name, share=top.share,
+        stack_vector_share=round(stack_vector_share(lines), 4),
+        top_instructions=[{"share": round(line.share, 4), "instruction": line.instruction} for line in hottest],
+    )
