@@ -157,6 +157,66 @@ def test_rbp_counts_as_the_stack_only_as_the_frame_pointer() -> None:
     assert stack_vector_share(lines) == 0.0  # no `mov %rsp,%rbp`: rbp is a pointer here
 
 
+def test_blocks_of_one_name_add_up_by_samples() -> None:
+    """perf annotates every function of the name (a function and its OpenMP clone), each block in
+    percent of its own samples: 50 samples of spills in one block must not weigh as much as 15000
+    clean ones in the other. A prologue line printed without a percentage still marks rbp as the
+    frame pointer."""
+    text = ("Percent | Source code & Disassembly of k.so for cpu-clock (50 samples, percent: local period)\n"
+            "         :   1000:  mov    %rsp,%rbp\n"
+            "  100.00 :   1004:  vmovaps %zmm1,-0x40(%rbp)\n"
+            "Percent | Source code & Disassembly of k.so for cpu-clock (15000 samples, percent: local period)\n"
+            "   60.00 :   2000:  vfmadd231ps %zmm1,%zmm2,%zmm3\n"
+            "   40.00 :   2004:  add    $0x40,%rax\n")
+    lines = parse_annotate(text)
+    assert len(lines) == 4 and lines[0].samples == 0.0
+    assert stack_vector_share(lines) == pytest.approx(50 / 15050)
+    assert stack_vector_share([]) is None
+
+
+def test_spill_finding_needs_enough_samples_and_a_share() -> None:
+    assert spill_findings(HotSymbol("f", "_k.so", 0.6, 0.5), 15000)
+    assert spill_findings(HotSymbol("f", "_k.so", 0.01, 0.5), 15000) == []  # 150 samples: too few to judge
+    assert spill_findings(HotSymbol("f", "_k.so", 0.6, None), 15000) == []  # annotate gave nothing
+
+
+FAKE_SAMPLING_PERF = """#!/bin/sh
+# Stands in for perf record/report/annotate with captured output (the spilling avx512 loop).
+case "$1" in
+  record) for a; do case "$prev" in -o) : > "$a" ;; esac; prev="$a"; done; exit 0 ;;
+  report) case "$*" in
+            *dso,symbol*) cat "{report}" ;;
+            *) printf '# Samples: 15K of event cpu-clock\\n' ;;
+          esac ;;
+  annotate) printf 'Percent | Source code & Disassembly of x for cpu-clock (15435 samples, percent: local period)\\n'
+            cat "{annotate}" ;;
+esac
+exit 0
+"""
+
+
+def test_hottest_kernel_symbol_through_perf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampling chain (sample count, report, annotate of the kernel library's hottest function)
+    on a perf that replays captured output: the guarded loop is named and flagged."""
+    from kernel_harness.profiling.hotspots import hottest_kernel_symbol, sample_count
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    perf = bin_dir / "perf"
+    perf.write_text(FAKE_SAMPLING_PERF.format(report=DATA / "perf_report_dso_symbol.txt",
+                                              annotate=DATA / "perf_annotate_spilling.txt"))
+    perf.chmod(perf.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    data = tmp_path / "perf.data"
+    data.write_text("")
+    assert sample_count(data) == 15000
+    hot = hottest_kernel_symbol(data, {"_ar_cpu_16fbac97af.abi3.so"})
+    assert hot is not None and hot.symbol == "ar_cpu::avx512::add_rms_norm_rows<ar_cpu::bf16_t>"
+    assert hot.stack_vector_share is not None and hot.stack_vector_share > 0.4
+    assert [f.finding for f in spill_findings(hot, 15000)] == ["spilled vectors in the hot loop"]
+    assert hottest_kernel_symbol(data, {"_not_this_kernel.so"}) is None
+
+
 def test_sampling_status_without_perf(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     status = sampling_status()

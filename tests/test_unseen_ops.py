@@ -489,3 +489,18 @@ def test_masked_softmax_bf16_fast_path_is_bit_equal_to_the_float64_reference(tmp
         lib.run(ptr(out), ptr(x), *[ctypes.c_int64(v) for v in x.shape], ptr(mask), ctypes.c_double(scale))
         reference = baseline.get_reference_output(x, mask, scale)
         assert torch.equal(out, reference), (tuple(x.shape), scale, (out.float() - reference.float()).abs().max().item())
+
+
+def test_entry_point_without_a_dtype_to_dispatch_on_still_enters_the_unit(tmp_path):
+    """An op whose tensors are all of fixed non-float dtypes has no KERNEL_DISPATCH_DTYPE, whose first
+    step (KERNEL_UNIT_ENTER) fills the avx512 unit's CPU answers: its entry point must take that step
+    itself, before the body, or its loops read kBf16 and kFastGather as false until another op ran."""
+    signature = parse_signature("count_set", "x: Tensor[int32](N) -> Tensor(N; int64)")
+    assert signature.primary is None
+    plan = plan_project(ScaffoldOptions(ops=("count_set",), name="noprim", directory=tmp_path / "k",
+                                        signatures=(signature,), force=True))
+    for tier in ("avx2", "avx512"):
+        unit = plan.files[f"noprim_cpu/noprim_{tier}.cpp"]
+        entry = unit[unit.index("void count_set("):]
+        entry = entry[:entry.index("\n}\n")]
+        assert entry.index("KERNEL_UNIT_ENTER();") < entry.index("count_set_body("), (tier, entry)

@@ -25,14 +25,23 @@ from typing import Any
 from .perfstat import Finding, PerfStatus
 
 #: Share of the hottest kernel symbol's samples on stack vector loads/stores above which
-#: the loop is reported as spilling (healthy loops measured 0-3 %, the guarded ones 30-45 %).
+#: the loop is reported as spilling: clean loops measured 0-3 %, the avx512 unit's bf16
+#: rms_norm and add_rms_norm behind kBf16's guard 21 % and 52 % (Zen 4, 2026-12-04).
 SPILL_SHARE = 0.10
+#: Samples the hottest symbol needs before its spill share is judged at all.
+MIN_SYMBOL_SAMPLES = 200
 #: Sampling rate (Hz) of the software clock: a 3 s window gives ~6000 samples per thread.
 SAMPLE_HZ = 2000
 
 _PERCENT = re.compile(r"^\s*([\d.]+)%\s*$")
 _SYMBOL_FIELD = re.compile(r"^\[[.kgu]\]\s+(.+?)\s*$")
-_ANNOTATE_LINE = re.compile(r"^\s*(\d+\.\d+)\s*:\s+([0-9a-f]+):\s+(.*?)\s*$")
+# Instruction lines: "  12.34 :   3d081:  add ..."; perf versions differ in whether lines
+# without samples print 0.00 or nothing, and the prologue (frame pointer) is such a line.
+_ANNOTATE_LINE = re.compile(r"^\s*(\d+\.\d+)?\s*:\s+([0-9a-f]+):\s+(.*?)\s*$")
+# Each function block's header: "Percent | ... for cpu-clock (15435 samples, ...)". perf
+# annotates every function of that name (a function and its OpenMP clone), each block's
+# percentages relative to its own samples.
+_BLOCK_HEADER = re.compile(r"Percent\s*\|.*?\((\d+)\s+samples")
 _VECTOR_REGISTER = re.compile(r"%[xyz]mm\d+")
 _RSP_OPERAND = re.compile(r"\(%rsp[,)]")
 _RBP_OPERAND = re.compile(r"\(%rbp[,)]")
@@ -52,9 +61,10 @@ class SymbolShare:
 
 @dataclass(frozen=True)
 class AnnotatedLine:
-    share: float      # 0-1 of the symbol's samples
+    share: float      # 0-1 of its function block's samples
     address: str
     instruction: str
+    samples: float = 0.0  # share times the block's sample count (the share when the count is unknown)
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ class HotSymbol:
     symbol: str
     dso: str
     share: float                 # of all samples
-    stack_vector_share: float    # of this symbol's samples
+    stack_vector_share: float | None  # of this symbol's samples; None when annotate gave nothing
     top_instructions: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,12 +96,20 @@ def parse_report(text: str) -> list[SymbolShare]:
 
 
 def parse_annotate(text: str) -> list[AnnotatedLine]:
-    """Instruction lines of ``perf annotate --stdio`` (percent : address: instruction)."""
+    """Instruction lines of ``perf annotate --stdio`` (percent : address: instruction), each weighted
+    by its block's sample count so that several blocks of one name add up by samples."""
     lines = []
+    block_samples = None
     for line in text.splitlines():
+        header = _BLOCK_HEADER.search(line)
+        if header:
+            block_samples = float(header.group(1))
+            continue
         match = _ANNOTATE_LINE.match(line)
         if match:
-            lines.append(AnnotatedLine(float(match.group(1)) / 100.0, match.group(2), match.group(3)))
+            share = float(match.group(1)) / 100.0 if match.group(1) else 0.0
+            weight = share * block_samples if block_samples is not None else share
+            lines.append(AnnotatedLine(share, match.group(2), match.group(3), weight))
     return lines
 
 
@@ -102,13 +120,14 @@ def is_stack_vector_access(instruction: str, *, rbp_is_frame: bool) -> bool:
     return bool(_RSP_OPERAND.search(instruction) or (rbp_is_frame and _RBP_OPERAND.search(instruction)))
 
 
-def stack_vector_share(lines: list[AnnotatedLine]) -> float:
-    """The share of a symbol's samples on stack vector accesses (0 when it has none)."""
-    total = sum(line.share for line in lines)
+def stack_vector_share(lines: list[AnnotatedLine]) -> float | None:
+    """The share of a symbol's samples on stack vector accesses; None without samples to judge."""
+    total = sum(line.samples for line in lines)
     if total <= 0:
-        return 0.0
+        return None
     rbp_is_frame = any(_FRAME_POINTER.search(line.instruction) for line in lines)
-    spilled = sum(line.share for line in lines if is_stack_vector_access(line.instruction, rbp_is_frame=rbp_is_frame))
+    spilled = sum(line.samples for line in lines
+                  if is_stack_vector_access(line.instruction, rbp_is_frame=rbp_is_frame))
     return spilled / total
 
 
@@ -118,8 +137,11 @@ def kernel_rows(rows: list[SymbolShare], libraries: set[str]) -> list[SymbolShar
 
 
 def spill_findings(hot: HotSymbol | None, samples: int) -> list[Finding]:
-    """A finding when the kernel's hottest function spends SPILL_SHARE or more on stack vectors."""
-    if hot is None or hot.stack_vector_share < SPILL_SHARE:
+    """A finding when the kernel's hottest function, with MIN_SYMBOL_SAMPLES or more, spends
+    SPILL_SHARE or more of them on stack vectors."""
+    if hot is None or hot.stack_vector_share is None or hot.stack_vector_share < SPILL_SHARE:
+        return []
+    if hot.share * samples < MIN_SYMBOL_SAMPLES:
         return []
     return [Finding(
         "spilled vectors in the hot loop",
@@ -156,12 +178,21 @@ def sampling_status(perf: str = "perf") -> PerfStatus:
         return PerfStatus(False, f"perf record wrote no samples ({text[-1] if text else f'exit {run.returncode}'})")
 
 
-def record_attached(pid: int, seconds: float, data: Path, perf: str = "perf") -> subprocess.CompletedProcess:
-    """Sample process ``pid`` on the software clock for ``seconds`` into ``data``."""
+def record_attached(pid: int, seconds: float, data: Path, perf: str = "perf") -> str:
+    """Sample process ``pid`` on the software clock for ``seconds`` into ``data``; returns "" or,
+    when perf failed, its last line of complaint. No build-id cache: perf would otherwise copy
+    every sampled library (libtorch's hundreds of MB, each rebuilt kernel anew) into ~/.debug."""
     binary = shutil.which(perf) or perf
-    cmd = [binary, "record", "-q", "-e", "cpu-clock", "-F", str(SAMPLE_HZ), "-o", str(data), "-p", str(pid),
-           "--", "sleep", f"{seconds:g}"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    cmd = [binary, "record", "-q", "--no-buildid-cache", "-e", "cpu-clock", "-F", str(SAMPLE_HZ), "-o", str(data),
+           "-p", str(pid), "--", "sleep", f"{seconds:g}"]
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"perf record failed: {exc}"
+    if run.returncode != 0:
+        lines = (run.stderr or "").strip().splitlines()
+        return f"perf record exited {run.returncode}" + (f": {lines[-1]}" if lines else "")
+    return ""
 
 
 def _perf_text(args: list[str], perf: str) -> str:
@@ -190,11 +221,15 @@ def hottest_kernel_symbol(data: Path, libraries: set[str], perf: str = "perf") -
     if not rows:
         return None
     top = rows[0]
-    annotate = _perf_text(["annotate", "--stdio", "-i", str(data), "-s", top.symbol], perf)
+    annotate = _perf_text(["annotate", "--stdio", "-i", str(data), "--dsos", Path(top.dso).name, "-s", top.symbol],
+                          perf)
     lines = parse_annotate(annotate)
-    hottest = sorted(lines, key=lambda line: -line.share)[:8]
+    total = sum(line.samples for line in lines) or 1.0
+    hottest = sorted(lines, key=lambda line: -line.samples)[:8]
+    share = stack_vector_share(lines)
     return HotSymbol(
         symbol=top.symbol, dso=Path(top.dso).name, share=top.share,
-        stack_vector_share=round(stack_vector_share(lines), 4),
-        top_instructions=[{"share": round(line.share, 4), "instruction": line.instruction} for line in hottest],
+        stack_vector_share=round(share, 4) if share is not None else None,
+        top_instructions=[{"share": round(line.samples / total, 4), "instruction": line.instruction}
+                          for line in hottest],
     )

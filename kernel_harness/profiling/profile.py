@@ -148,25 +148,28 @@ def perf_in_child(kernel_package: str, op: str, baseline: Path) -> tuple[PerfCou
 
 def hotspots_in_child(kernel_package: str, op: str, baseline: Path) -> dict[str, Any]:
     """``perf record -e cpu-clock -p`` on the op's loop: the kernel's hottest function and the share of
-    its samples on spilled vectors (works without hardware counters)."""
+    its samples on spilled vectors (works without hardware counters). A perf that fails leaves the
+    rest of the profile standing: the report says why there are no samples."""
     status = sampling_status()
     report: dict[str, Any] = {"available": status.available, "reason": status.reason, "event": "cpu-clock"}
     if not status.available:
         return report
     with tempfile.TemporaryDirectory(prefix="kh-sample-") as tmp:
         data = Path(tmp) / "perf.data"
-        _, info = _attached_to_loop(kernel_package, op, baseline,
-                                    lambda pid: record_attached(pid, PERF_WINDOW_S, data))
+        complaint, info = _attached_to_loop(kernel_package, op, baseline,
+                                            lambda pid: record_attached(pid, PERF_WINDOW_S, data))
         samples = sample_count(data) if data.is_file() else 0
         hot = hottest_kernel_symbol(data, set(info.get("libraries", []))) if samples else None
     if samples == 0:
-        report.update(available=False, reason="perf record wrote no samples for the op's loop")
+        report.update(available=False, reason=complaint or "perf record wrote no samples for the op's loop")
         return report
     report.update(samples=samples, libraries=info.get("libraries", []),
                   hottest=hot.to_dict() if hot is not None else None,
                   findings=[f.to_dict() for f in spill_findings(hot, samples)])
     if hot is None:
         report["note"] = "no sample fell in the kernel's own libraries (the time went to PyTorch or Python)"
+    elif hot.stack_vector_share is None:
+        report["note"] = "perf annotate gave no instructions for the hottest function (is objdump installed?)"
     return report
 
 

@@ -69,9 +69,10 @@ def print_hotspots(hotspots: dict[str, Any], console: Console) -> None:
         console.print(f"perf record ({hotspots['samples']} cpu-clock samples): {hotspots.get('note', '')}",
                       soft_wrap=True)
         return
+    spills = hot["stack_vector_share"]
+    spill_text = (f"{100 * spills:.0f}% of its samples on vector loads/stores of the stack" if spills is not None
+                  else hotspots.get("note", "annotate unavailable"))
     console.print(f"perf record ({hotspots['samples']} cpu-clock samples): hottest kernel function "
-                  f"{hot['symbol']} ({100 * hot['share']:.0f}% of the samples), "
-                  f"{100 * hot['stack_vector_share']:.0f}% of its samples on vector loads/stores of the stack",
-                  soft_wrap=True)
+                  f"{hot['symbol']} ({100 * hot['share']:.0f}% of the samples), {spill_text}", soft_wrap=True)
     for f in hotspots.get("findings", []):
         console.print(f"  [bold]{f['finding']}[/bold]: {f['evidence']}", soft_wrap=True)

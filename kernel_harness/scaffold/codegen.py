@@ -142,7 +142,7 @@ def _simd(sig: Signature) -> str:
                 casts.append(p.name)
         call = f"KERNEL_DISPATCH_DTYPE(dt_, {sig.op}_body<T>({', '.join(casts)}));"
     else:
-        call = f"{sig.op}_body({', '.join(names)});"
+        call = f"KERNEL_UNIT_ENTER();  // KERNEL_DISPATCH_DTYPE's first step\n  {sig.op}_body({', '.join(names)});"
     lines += [f"void {sig.op}({public}) {{", f"  {call}", "}"]
     return "\n".join(lines) + "\n"
 
