@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .perfstat import Finding, PerfStatus
+from .perfstat import PERF_MISSING, Finding, PerfStatus, perf_denied
 
 #: Share of the hottest kernel symbol's samples on stack vector loads/stores above which
 #: the loop is reported as spilling: clean loops measured 0-3 %, the avx512 unit's bf16
@@ -161,7 +161,7 @@ def sampling_status(perf: str = "perf") -> PerfStatus:
     """Whether ``perf record -e cpu-clock`` works here (it needs no hardware counters)."""
     binary = shutil.which(perf)
     if binary is None:
-        return PerfStatus(False, "perf is not installed (no `perf` on PATH)")
+        return PerfStatus(False, PERF_MISSING)
     with tempfile.TemporaryDirectory(prefix="kh-sample-") as tmp:
         data = Path(tmp) / "probe.data"
         try:
@@ -172,9 +172,9 @@ def sampling_status(perf: str = "perf") -> PerfStatus:
         if run.returncode == 0 and data.is_file() and data.stat().st_size > 0:
             return PerfStatus(True, "perf record samples the software clock")
         text = (run.stderr or "").strip().splitlines()
-        if any("perf_event_paranoid" in line or "ermission" in line for line in text):
-            return PerfStatus(False, "perf is not allowed to sample here (kernel.perf_event_paranoid); run "
-                                     "`sudo sysctl kernel.perf_event_paranoid=1` or profile as root")
+        denied = perf_denied(text, "sample")
+        if denied is not None:
+            return denied
         return PerfStatus(False, f"perf record wrote no samples ({text[-1] if text else f'exit {run.returncode}'})")
 
 

@@ -128,11 +128,23 @@ class PerfStatus:
     reason: str  # one line, shown to the user when not available
 
 
+#: Why perf cannot help when it is not on PATH (perf stat and perf record alike).
+PERF_MISSING = "perf is not installed (no `perf` on PATH)"
+
+
+def perf_denied(lines: list[str], doing: str) -> PerfStatus | None:
+    """The status for perf output that says the kernel forbids ``doing`` (count, sample), else None."""
+    if any("perf_event_paranoid" in line or "ermission" in line for line in lines):
+        return PerfStatus(False, f"perf is not allowed to {doing} here (kernel.perf_event_paranoid); run "
+                                 "`sudo sysctl kernel.perf_event_paranoid=1` or profile as root")
+    return None
+
+
 def perf_status(perf: str = "perf") -> PerfStatus:
     """Whether ``perf stat`` can count hardware events here (``perf stat -e instructions true``)."""
     binary = shutil.which(perf)
     if binary is None:
-        return PerfStatus(False, "perf is not installed (no `perf` on PATH)")
+        return PerfStatus(False, PERF_MISSING)
     try:
         run = subprocess.run([binary, "stat", "-x,", "-e", "cycles,instructions", "true"],
                              capture_output=True, text=True, timeout=20)
@@ -145,9 +157,9 @@ def perf_status(perf: str = "perf") -> PerfStatus:
     if any("not supported" in line for line in text):
         return PerfStatus(False, "perf is installed but this CPU/VM reports the hardware counters as "
                                  "<not supported> (no PMU passthrough)")
-    if any("perf_event_paranoid" in line or "ermission" in line for line in text):
-        return PerfStatus(False, "perf is not allowed to count here (kernel.perf_event_paranoid); run "
-                                 "`sudo sysctl kernel.perf_event_paranoid=1` or profile as root")
+    denied = perf_denied(text, "count")
+    if denied is not None:
+        return denied
     return PerfStatus(False, f"perf stat returned no counters ({text[-1] if text else 'no output'})")
 
 
