@@ -204,23 +204,24 @@ def _perf_text(args: list[str], perf: str) -> str:
     return run.stdout
 
 
-def sample_count(data: Path, perf: str = "perf") -> int:
-    """Samples in ``data``, from ``perf report``'s "# Samples: 27K of event" line (0 if unreadable)."""
-    text = _perf_text(["report", "--stdio", "-i", str(data), "--sort", "dso"], perf)
+def sampled_report(data: Path, perf: str = "perf") -> tuple[int, list[SymbolShare]]:
+    """One ``perf report`` of ``data``: its sample count (the "# Samples: 27K of event" header; 0 when
+    unreadable) and its rows by library and function, tab-separated (see parse_report)."""
+    text = _perf_text(["report", "--stdio", "-i", str(data), "--sort", "dso,symbol", "--percent-limit", "0.5",
+                       "-t", "\t"], perf)
     match = re.search(r"^#\s*Samples:\s*([\d.]+)([KM]?)\b", text, flags=re.MULTILINE)
-    if match is None:
-        return 0
-    return int(float(match.group(1)) * {"": 1, "K": 1000, "M": 1000000}[match.group(2)])
+    samples = int(float(match.group(1)) * {"": 1, "K": 1000, "M": 1000000}[match.group(2)]) if match else 0
+    return samples, parse_report(text)
 
 
-def hottest_kernel_symbol(data: Path, libraries: set[str], perf: str = "perf") -> HotSymbol | None:
-    """The kernel library's hottest function in ``data``, annotated; None without kernel samples."""
-    report = _perf_text(["report", "--stdio", "-q", "-i", str(data), "--sort", "dso,symbol",
-                         "--percent-limit", "0.5", "-t", "\t"], perf)
-    rows = kernel_rows(parse_report(report), libraries)
-    if not rows:
+def hottest_kernel_symbol(data: Path, rows: list[SymbolShare], libraries: set[str],
+                          perf: str = "perf") -> HotSymbol | None:
+    """The kernel library's hottest function among ``rows`` (``data``'s report), annotated from
+    ``data``; None without kernel samples."""
+    mine = kernel_rows(rows, libraries)
+    if not mine:
         return None
-    top = rows[0]
+    top = mine[0]
     annotate = _perf_text(["annotate", "--stdio", "-i", str(data), "--dsos", Path(top.dso).name, "-s", top.symbol],
                           perf)
     lines = parse_annotate(annotate)
@@ -233,3 +234,20 @@ def hottest_kernel_symbol(data: Path, libraries: set[str], perf: str = "perf") -
         top_instructions=[{"share": round(line.samples / total, 4), "instruction": line.instruction}
                           for line in hottest],
     )
+
+
+def summarise_samples(data: Path, libraries: list[str], complaint: str) -> dict[str, Any]:
+    """The profile's ``hotspots`` fields for a recording in ``data`` (``complaint``: record_attached's):
+    available, and either why not or the samples, the hottest kernel function and the findings."""
+    samples, rows = sampled_report(data) if data.is_file() else (0, [])
+    if samples == 0:
+        return {"available": False, "reason": complaint or "perf record wrote no samples for the op's loop"}
+    hot = hottest_kernel_symbol(data, rows, set(libraries))
+    report: dict[str, Any] = {"available": True, "samples": samples, "libraries": libraries,
+                              "hottest": hot.to_dict() if hot is not None else None,
+                              "findings": [f.to_dict() for f in spill_findings(hot, samples)]}
+    if hot is None:
+        report["note"] = "no sample fell in the kernel's own libraries (the time went to PyTorch or Python)"
+    elif hot.stack_vector_share is None:
+        report["note"] = "perf annotate gave no instructions for the hottest function (is objdump installed?)"
+    return report

@@ -19,9 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from ..analysis.roofline import choose_limits
 from ..analysis.strategy import PARALLEL_MIN_US, check_reference_ids
@@ -32,11 +31,10 @@ from ..errors import ExitCode, KernelCrashed, UsageError
 from ..machine import MachineProfile
 from ..paths import EXAMPLES_DIR, PROJECT_ROOT
 from ..portability.host import TIER_BITS, widest_tier
-from .hotspots import hottest_kernel_symbol, record_attached, sample_count, sampling_status, spill_findings
+from .hotspots import record_attached, sampling_status, summarise_samples
 from .perfstat import EVENTS, PerfCounters, interpret, perf_status, run_perf_stat_attached
 
 SCHEMA_VERSION = 1
-T = TypeVar("T")
 CHILD_TIMEOUT_S = 300
 PERF_WINDOW_S = 3.0
 
@@ -109,12 +107,17 @@ def measure_in_child(kernel_package: str, op: str, baseline: Path, *, seconds: f
         return _read_child_result(result, run.returncode, run.stderr, f"for {op}")
 
 
-def _attached_to_loop(kernel_package: str, op: str, baseline: Path, attach: Callable[[int], T]) -> tuple[T, dict]:
-    """Run the op in a loop in a child and ``attach(pid)`` a tool for a fixed window after warm-up
-    (PERF_WINDOW_S); returns the tool's result and the child's loop report."""
+def perf_in_child(kernel_package: str, op: str, baseline: Path, *, counters: bool,
+                  samples: Path | None) -> tuple[tuple[PerfCounters, str] | None, str, dict[str, Any]]:
+    """Run the op in a loop in one child and, after warm-up, attach ``perf stat -p`` for a window
+    (``counters``), then ``perf record -p`` for another into ``samples`` (when given). Returns perf
+    stat's counters and raw text (or None), perf record's complaint ("" when it ran) and the child's
+    loop report."""
+    windows = int(counters) + int(samples is not None)
     with tempfile.TemporaryDirectory(prefix="kh-perf-") as tmp:
         result = Path(tmp) / "result.json"
-        child = subprocess.Popen(_child_cmd(kernel_package, op, baseline, "loop", PERF_WINDOW_S + 2.0, result),
+        child = subprocess.Popen(_child_cmd(kernel_package, op, baseline, "loop", windows * PERF_WINDOW_S + 2.0,
+                                            result),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env())
         try:
             deadline = time.monotonic() + CHILD_TIMEOUT_S
@@ -128,7 +131,8 @@ def _attached_to_loop(kernel_package: str, op: str, baseline: Path, attach: Call
                 _read_child_result(result, child.returncode or 0, child.stderr.read() if child.stderr else "",
                                    f"for {op} (perf loop)")
                 raise KernelCrashed(f"{op} never became ready for perf.")
-            attached = attach(child.pid)
+            stat = run_perf_stat_attached(child.pid, PERF_WINDOW_S) if counters else None
+            complaint = record_attached(child.pid, PERF_WINDOW_S, samples) if samples is not None else ""
             child.wait(timeout=CHILD_TIMEOUT_S)
         finally:
             if child.poll() is None:
@@ -136,41 +140,7 @@ def _attached_to_loop(kernel_package: str, op: str, baseline: Path, attach: Call
                 child.wait()
         info = _read_child_result(result, child.returncode or 0, child.stderr.read() if child.stderr else "",
                                   f"for {op} (perf loop)")
-        return attached, info
-
-
-def perf_in_child(kernel_package: str, op: str, baseline: Path) -> tuple[PerfCounters, str, dict[str, Any]]:
-    """``perf stat -p`` on the op's loop for a fixed window after warm-up."""
-    (counters, raw), info = _attached_to_loop(kernel_package, op, baseline,
-                                              lambda pid: run_perf_stat_attached(pid, PERF_WINDOW_S))
-    return counters, raw, info
-
-
-def hotspots_in_child(kernel_package: str, op: str, baseline: Path) -> dict[str, Any]:
-    """``perf record -e cpu-clock -p`` on the op's loop: the kernel's hottest function and the share of
-    its samples on spilled vectors (works without hardware counters). A perf that fails leaves the
-    rest of the profile standing: the report says why there are no samples."""
-    status = sampling_status()
-    report: dict[str, Any] = {"available": status.available, "reason": status.reason, "event": "cpu-clock"}
-    if not status.available:
-        return report
-    with tempfile.TemporaryDirectory(prefix="kh-sample-") as tmp:
-        data = Path(tmp) / "perf.data"
-        complaint, info = _attached_to_loop(kernel_package, op, baseline,
-                                            lambda pid: record_attached(pid, PERF_WINDOW_S, data))
-        samples = sample_count(data) if data.is_file() else 0
-        hot = hottest_kernel_symbol(data, set(info.get("libraries", []))) if samples else None
-    if samples == 0:
-        report.update(available=False, reason=complaint or "perf record wrote no samples for the op's loop")
-        return report
-    report.update(samples=samples, libraries=info.get("libraries", []),
-                  hottest=hot.to_dict() if hot is not None else None,
-                  findings=[f.to_dict() for f in spill_findings(hot, samples)])
-    if hot is None:
-        report["note"] = "no sample fell in the kernel's own libraries (the time went to PyTorch or Python)"
-    elif hot.stack_vector_share is None:
-        report["note"] = "perf annotate gave no instructions for the hottest function (is objdump installed?)"
-    return report
+        return stat, complaint, info
 
 
 def run_vtune(config: Config, kernel_package: str, op: str, baseline: Path) -> dict[str, Any]:
@@ -344,24 +314,30 @@ def profile_op(kernel_package: str, op: str, baseline: Path | None, *, config: C
             gemm_m = int(mm[0].out_shapes[0][-2])
 
     perf: dict[str, Any] = {"enabled": config.perf_stat_enabled, "events": list(EVENTS)}
+    hotspots: dict[str, Any] = {"event": "cpu-clock"}
     if not config.perf_stat_enabled:
         perf.update(available=False, reason="perf_stat_enabled is false in the config; counters skipped")
+        hotspots.update(available=False, reason="perf_stat_enabled is false in the config; sampling skipped")
     else:
-        status = perf_status()
+        status, sampling = perf_status(), sampling_status()
         perf.update(available=status.available, reason=status.reason)
-        if status.available:
-            counters, raw, loop_info = perf_in_child(kernel_package, op, baseline_path)
-            calls = max(1.0, PERF_WINDOW_S * 1e6 / max(loop_info.get("us_per_call", 1.0), 1e-3))
-            perf.update(counters=counters.values, metrics=counters.metrics(),
-                        per_call={k: (v / calls if v is not None else None) for k, v in counters.values.items()},
-                        raw=raw)
-            perf["_counters"] = counters
-            if not counters.supported:
-                perf.update(available=False, reason="perf stat -p returned no cycles/instructions for the kernel")
-    if config.perf_stat_enabled:
-        hotspots = hotspots_in_child(kernel_package, op, baseline_path)
-    else:
-        hotspots = {"available": False, "reason": "perf_stat_enabled is false in the config; sampling skipped"}
+        hotspots.update(available=sampling.available, reason=sampling.reason)
+        if status.available or sampling.available:
+            with tempfile.TemporaryDirectory(prefix="kh-sample-") as tmp:
+                data = Path(tmp) / "perf.data" if sampling.available else None
+                stat, complaint, loop_info = perf_in_child(kernel_package, op, baseline_path,
+                                                           counters=status.available, samples=data)
+                if data is not None:
+                    hotspots.update(summarise_samples(data, loop_info.get("libraries", []), complaint))
+            if stat is not None:
+                counters, raw = stat
+                calls = max(1.0, PERF_WINDOW_S * 1e6 / max(loop_info.get("us_per_call", 1.0), 1e-3))
+                perf.update(counters=counters.values, metrics=counters.metrics(),
+                            per_call={k: (v / calls if v is not None else None) for k, v in counters.values.items()},
+                            raw=raw)
+                perf["_counters"] = counters
+                if not counters.supported:
+                    perf.update(available=False, reason="perf stat -p returned no cycles/instructions for the kernel")
     load_before = _load_average()
     measured = measure_in_child(kernel_package, op, baseline_path, seconds=seconds)
     load = max(load_before, _load_average())
