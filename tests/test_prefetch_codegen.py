@@ -31,7 +31,7 @@ extern "C" void probe_input(const char* p) { prefetch_input(p, 1024, 64); }
 extern "C" void probe_input_l2(const char* p, long ahead) { prefetch_input_l2(p, ahead, 64); }
 extern "C" void probe_lines(const char* p, long bytes) { prefetch_lines<0>(p, bytes); }
 extern "C" void probe_ahead_runtime(const char* p, long ahead) { prefetch_ahead<1>(p, ahead, 64); }
-// An op's own helper around them (decode_attention's da_prefetch is one): it is
+// An op's own helper around them (decode_attention's da_prefetch_row is one): it is
 // deleted as "looping const" too unless the helpers carry a side effect.
 static inline void op_helper(const char* k, const char* v, long key, long end, long row) {
   if (key + 8 < end) {

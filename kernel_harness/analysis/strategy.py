@@ -276,9 +276,12 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
                 "elements, two conversions, no widening shuffle), and prefetch each head's K and V rows ~16 keys "
                 "ahead into the L2 (prefetcht1), not the L1: an L1 prefetch holds one of the core's few fill "
                 "buffers per line and tied with no prefetch on a Zen 4, where the L2 took 0.70-0.90x the time",
-                "a large KV cache belongs on 2 MiB pages: on 4 KiB pages B = 8 (268 MB of bf16 cache) took "
-                "1.1-1.5x the time on a Zen 4 (torch: THP_MEM_ALLOC_ENABLE=1 where THP is in madvise mode); "
-                "time the kernel and its floor on the same buffers, since the floor's read gains too",
+                "prefetch each stream in the loop that reads it (K rows in the scores loop, V rows in the "
+                "accumulate loop): V prefetched from the scores loop arrived too late for half of each block, "
+                "and moving it took the catalogue op to 0.60-0.75x the time at B = 8 on a Zen 4 (1.05x its "
+                "KV-streaming floor)",
+                "time the kernel and its floor on the same buffers: 2 MiB pages (torch: THP_MEM_ALLOC_ENABLE=1 "
+                "where THP is in madvise mode) made both ~0.9x at B = 8 on a Zen 4",
             ]
         refs += ["cache-blocking", "cpublas-brgemm", "vectorized-exp", "horizontal-max", "horizontal-sum",
                  "omp-row-parallel", "level-fusion", "level-algorithm"]
