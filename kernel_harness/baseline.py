@@ -13,7 +13,12 @@ A baseline file defines
 * optionally ``run_baseline(*inputs)``: the *speed* reference, when the ground
   truth is computed differently (e.g. in float64) from what a user would run;
   without it the reference itself is timed;
-* optionally ``FLOPS`` and ``BYTES``: numbers, or callables of the inputs.
+* optionally ``FLOPS`` and ``BYTES``: numbers, or callables of the inputs;
+* optionally ``PERSISTENT_INPUTS``: the positions of inputs a model keeps in
+  memory between calls (weights, KV caches), e.g. ``(1, 2)``: before each timed
+  call they are evicted from the caches while the other inputs stay cached
+  (``bench/eviction.py``), so the call reads them from memory as a model's
+  layer does.
 
 Every malformation is a :class:`UsageError` (exit 2) naming the file and the fix.
 """
@@ -91,6 +96,7 @@ class Baseline:
     has_reference_function: bool
     has_correctness_inputs: bool
     has_run_baseline: bool
+    persistent_inputs: tuple[int, ...] = ()
     _model: Any = field(default=None, repr=False)
 
     # ---------------------------------------------------------------- inputs
@@ -216,4 +222,20 @@ def load_baseline(path: str | Path) -> Baseline:
     if has_run and not callable(module.run_baseline):
         raise UsageError(f"run_baseline in {path} is not a function.")
     return Baseline(path=path.resolve(), module=module, has_reference_function=has_ref,
-                    has_correctness_inputs=has_corr, has_run_baseline=has_run)
+                    has_correctness_inputs=has_corr, has_run_baseline=has_run,
+                    persistent_inputs=_persistent_positions(getattr(module, "PERSISTENT_INPUTS", None), path))
+
+
+def _persistent_positions(positions: Any, path: Path) -> tuple[int, ...]:
+    """``PERSISTENT_INPUTS`` checked: distinct non-negative input positions."""
+    if positions is None:
+        return ()
+    if not isinstance(positions, (list, tuple)) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in positions):
+        raise UsageError(f"PERSISTENT_INPUTS in {path} must be a tuple of input positions (non-negative "
+                         f"integers, e.g. (1, 2) for a weight and its bias), not {positions!r}. Fix the "
+                         "baseline file.")
+    if len(set(positions)) != len(positions):
+        raise UsageError(f"PERSISTENT_INPUTS in {path} names a position twice: {positions!r}. List each "
+                         "input once.")
+    return tuple(positions)

@@ -227,6 +227,7 @@ def test_gemm_advice_follows_the_tier_and_streams_the_weight_at_decode_sizes() -
         # 16 ymm registers hold the sums of at most 3 rows of a 32-column panel: the AVX2 advice says what then
         assert ("passes over chunks of K" in decode["gemm"]["why"]) == (path == "avx2-fma")
         assert "bf16-widen-fma-avx2" in decode["references"]
+        assert any("PERSISTENT_INPUTS" in step and "weight" in step for step in decode["steps"])
         large = simd_strategy("gemm", "gemm", "fp32", machine, gemm_m=1024, name="linear")["gemm"]
         assert large["path"] == path and "stream" not in large["why"] and "register-blocked" in large["why"]
 
@@ -237,6 +238,8 @@ def test_decode_attention_advice() -> None:
     strategy = simd_strategy("attention", "attention", "bf16", fake_profile(), gemm_m=1, name="decode_attention")
     text = " ".join(strategy["steps"])
     assert "online softmax" in text and "grouped-query" in text and "split S" in text
+    # the benchmark must read the cache from memory, as a model does (bench/eviction.py)
+    assert "PERSISTENT_INPUTS" in text and "k_cache and v_cache" in text
     assert strategy["gemm"]["path"] != "amx-brgemm"  # one query row would leave AMX tiles empty
     prefill = simd_strategy("attention", "attention", "bf16", fake_profile(), gemm_m=512, name="attention")
     assert "flash-attention" in " ".join(prefill["steps"])

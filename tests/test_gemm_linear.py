@@ -18,12 +18,14 @@ with the reason. Correctness is checked two ways:
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import kernels
 import pytest
 import torch
 import torch.nn.functional as F
@@ -425,8 +427,7 @@ def test_bad_inputs_are_refused_with_clear_messages(kernel):
 
 def test_dispatch_picks_the_best_tier_at_every_listed_m(kernel, monkeypatch):
     """The dispatcher's rule for linear (see README): bf16 runs the best tier this CPU has at
-    every M, except from M = 160 with the plain weight on a CPU with AMX (oneDNN's AMX GEMM) and
-    from M = 16 to 31 with the plain weight on an AVX512-BF16 CPU without AMX (oneDNN's VDPBF16PS GEMM);
+    every M, except from M = 160 with the plain weight on a CPU with AMX (oneDNN's AMX GEMM);
     fp32 from M = 32 (and M x K >= 32768) on an Intel CPU runs the generic tier, MKL's GEMM
     (M = 128 on an Ice Lake: 19.7 ms against the avx512 tier's 27.2 and the avx2 tier's 44.1;
     on a Zen 5 EPYC MKL took 25.0 ms against avx512's 18.3, so elsewhere fp32 stays ours),
@@ -435,12 +436,11 @@ def test_dispatch_picks_the_best_tier_at_every_listed_m(kernel, monkeypatch):
     monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
     best = kernel.available_tiers()[-1]
     amx = best == "avx512" and has_isa("amx")
-    dp = best == "avx512" and not amx and "avx512_bf16" in cpu_flags()
     for m in (1, 4, 15, 16, 31, 32, 128, 1024):
         x, w = torch.empty(m, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
-        # with AMX, oneDNN's AMX GEMM from 160 rows (plain weight); with AVX512-BF16 and no AMX,
-        # oneDNN from 16 to 31 rows; a packed weight stays ours
-        library = (amx and m >= 160) or (dp and 16 <= m < 32)
+        # with AMX, oneDNN's AMX GEMM from 160 rows (plain weight); a packed weight stays ours.
+        # No rule for AVX512-BF16 without AMX: its tiles beat oneDNN on weights from memory
+        library = amx and m >= 160
         assert kernel.dispatch_tier("linear", x, w) == ("generic" if library else best), m
         assert kernel.dispatch_tier("linear", x, kernel.prepack(w)) == best, m
         expected = "generic" if m >= 32 and _MKL_FAST else best
@@ -650,7 +650,7 @@ def test_bf16_dot_path_takes_vdpbf16ps_where_the_cpu_has_it(linear_kernel_dir: P
         assert seen, f"VDPBF16PS and FMA results were bit-equal everywhere ({layout} weight): the pair loop did not run"
 
 
-# the VDPBF16PS tiled path's M (from 32 rows with the plain weight: 16 to 31 run oneDNN there): strips
+# the VDPBF16PS tiled path's M (from LINEAR_DP_MIN_ROWS = 16): strips
 # and a tail of rows, strips split between threads (300 rows, three panels), K with a tail of a
 # 32-wide step and an odd K, N narrower than a panel and with a partial last panel
 _DP_SHAPES = ((40, 64, 4096 + 13), (33, 130, 4096 + 13), (300, 70, 77), (100, 96, 301))
@@ -685,3 +685,24 @@ def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_ke
     results = run_probe(linear_kernel_dir, tmp_path, _AMX_SHAPES, ("", "amx"))
     assert results[""]["tier_1024"] == "generic" and results["amx"]["tier_1024"] == "avx512"
     assert_tiled_path_ran(results, "", "amx", "AMX")
+
+
+def test_the_side_by_side_sweep_runs_every_tier_with_the_weight_from_memory(linear_kernel_dir: Path,
+                                                                              tmp_path: Path):
+    """examples/linear/sweep.py: F.linear and every tier, plain and packed, one row per (dtype, M),
+    with the caches scrubbed before each call unless --weight-in-cache; said in its JSON."""
+    script = Path(__file__).resolve().parent.parent / "examples" / "linear" / "sweep.py"
+    env = {key: v for key, v in os.environ.items() if key not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
+    for extra, from_memory in (([], True), (["--weight-in-cache"], False)):
+        out = tmp_path / f"sweep-{from_memory}.json"
+        run = subprocess.run([sys.executable, str(script), str(linear_kernel_dir), "--m", "1,3", "--n", "40",
+                              "--k", "33", "--dtypes", "bf16", "--reps", "1", "--json", str(out), *extra],
+                             capture_output=True, text=True, timeout=300, env=env)
+        assert run.returncode == 0, run.stderr
+        report = json.loads(out.read_text())
+        assert report["weight_from_memory"] is from_memory
+        assert [(row["dtype"], row["m"]) for row in report["rows"]] == [("bf16", 1), ("bf16", 3)]
+        tiers = report["rows"][0]["median_ms"]
+        expected = {"F.linear", *(f"{t} {form}" for t in kernels.get_local_kernel(linear_kernel_dir).available_tiers()
+                                  for form in ("plain", "packed"))}
+        assert set(tiers) == expected and all(t > 0 for t in tiers.values())

@@ -18,6 +18,7 @@ get_reference_output = _base.get_reference_output
 run_baseline = _base.run_baseline
 FLOPS = _base.FLOPS
 BYTES = _base.BYTES
+PERSISTENT_INPUTS = _base.PERSISTENT_INPUTS
 
 
 def get_inputs() -> list:

@@ -114,6 +114,13 @@ def _threading(machine: MachineProfile, row_bytes: int | None, axis: str) -> dic
 STREAM_MAX_M = 8
 
 
+#: Where a benchmark's weights come from decides which GEMM wins (bench/eviction.py).
+PERSISTENT_ADVICE = ("name the {what} in the baseline's PERSISTENT_INPUTS (examples/README.md): each timed "
+                     "call then reads them from memory, as a model does; copied just before the call they sit "
+                     "dirty in the L3, where oneDNN beat the catalogue's bf16 tiles at M = 128 on a Zen 4 that "
+                     "they beat with the weight from memory")
+
+
 def gemm_path(dtype: str, m: int | None, machine: MachineProfile) -> tuple[str, str]:
     """Which GEMM micro-kernel fits this dtype and row count M here, and why.
 
@@ -217,7 +224,8 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
         threading = _threading(machine, None, "N blocks of the weight (each thread owns output columns); "
                                                "add M blocks when M is large")
         steps = [why, "block K and N so the weight panel stays in L2 (cache blocking)",
-                 "accumulate in fp32; convert to the output dtype once per tile"]
+                 "accumulate in fp32; convert to the output dtype once per tile",
+                 PERSISTENT_ADVICE.format(what="weight (and bias)")]
         refs += ["cpublas-brgemm", "cache-blocking", "level-algorithm", "omp-row-parallel"]
         if "linear" in lowered:
             steps.append("the catalogue op linear (new_kernel.py --op linear) is complete in every tier: a dot path "
@@ -280,6 +288,7 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
                 "accumulate loop): V prefetched from the scores loop arrived too late for half of each block, "
                 "and moving it took the catalogue op to 0.60-0.75x the time at B = 8 on a Zen 4 (1.05x its "
                 "KV-streaming floor)",
+                PERSISTENT_ADVICE.format(what="k_cache and v_cache"),
                 "time the kernel and its floor on the same buffers: 2 MiB pages (torch: THP_MEM_ALLOC_ENABLE=1 "
                 "where THP is in madvise mode) made both ~0.9x at B = 8 on a Zen 4",
             ]

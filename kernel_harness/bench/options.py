@@ -110,6 +110,8 @@ class BenchResult:
     input_sets: list[str] = field(default_factory=list)
     calls_per_round: int = 0
     timing_processes: int = 1
+    # the baseline's PERSISTENT_INPUTS, evicted before each fresh call (eviction.py)
+    inputs_from_memory: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     timing_skipped: str | None = None
     dispatch_violations: list[str] = field(default_factory=list)

@@ -120,6 +120,9 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
             "speedup_rounds": result.speedup_rounds,
             "processes_per_side": result.timing_processes,
             "cold": o.cold,
+            # positions of the inputs read from memory (the baseline's PERSISTENT_INPUTS) and
+            # the bytes read to evict them before each call; None: every input fresh from the copy
+            "inputs_from_memory": result.inputs_from_memory,
             "verified_timed_calls": result.verified_calls,
             "skipped": result.timing_skipped,
         },
@@ -307,6 +310,13 @@ def _add_spot_row(table: Table, payload: dict[str, Any]) -> None:
                   str(spot["calls"]), f"[{colour}]spot rounds: {drift * 100:+.1f} % from cached[/{colour}]")
 
 
+def _from_memory(regime: dict[str, Any] | None) -> str:
+    if not regime:
+        return ""
+    where = ", ".join(str(p) for p in regime["positions"])
+    return f"; inputs {where} from memory ({regime['scrub_bytes'] / 2**20:.0f} MiB read between draw and call)"
+
+
 def _print_timing(payload: dict[str, Any], console: Console) -> None:
     t = payload["timing"]
     table = Table(title=f"timing ({payload['threads']} threads, "
@@ -314,7 +324,7 @@ def _print_timing(payload: dict[str, Any], console: Console) -> None:
                         f"{'cold' if t['cold'] else 'warm'} cache, {t['rounds']} interleaved rounds of "
                         f"{t['calls_per_round']} calls over {t.get('processes_per_side', 1)} worker "
                         f"process(es) per side{' (one baseline worker for the spot rounds)' if t.get('baseline_spot') else ''}"
-                        ", fresh inputs per call)")
+                        f", fresh inputs per call{_from_memory(t.get('inputs_from_memory'))})")
     for col in ("", "median us", "IQR us", "min us", "calls", "noise"):
         table.add_column(col)
     for name in ("baseline", "kernel"):

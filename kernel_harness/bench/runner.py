@@ -43,6 +43,7 @@ from ..errors import KernelCrashed, UsageError
 from . import timing
 from .checking import Checker, check_reproducible
 from .conditions import advice, assess, load_average
+from .eviction import inputs_from_memory
 from .options import (
     DRIFT_NOTE,
     MAX_COLD_SETS,
@@ -122,6 +123,8 @@ class Benchmark:
 
         s.baseline = load_baseline(o.baseline_path)
         check_reproducible(s.baseline, s.seed())
+        # --cold draws a round's sets first: each is evicted by the later ones, activations too
+        r.inputs_from_memory = None if o.cold else inputs_from_memory(s.baseline.persistent_inputs)
         try:
             # spawn the kernel's worker now: its imports (torch, the kernel) overlap with
             # the parent's own work on the inputs and references

@@ -37,7 +37,7 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 
 from kernel_harness.baseline import Baseline, load_baseline  # noqa: E402
-from kernel_harness.bench import layout, protocol, trace, tree  # noqa: E402
+from kernel_harness.bench import eviction, layout, protocol, trace, tree  # noqa: E402
 from kernel_harness.errors import HarnessError  # noqa: E402
 from kernel_harness.kernel_loader import KERNEL_NAME_ATTR, load_kernel_module, resolve_op  # noqa: E402
 from kernel_harness.scaffold.todo import todo_report  # noqa: E402
@@ -65,6 +65,7 @@ class Worker:
         self.kept: list[Any] = []
         self.pool = CopyPool()
         self.relocator = layout.Relocator()  # every call's inputs: a new address each
+        self.scrubber: eviction.CacheScrubber | None = None  # made on first use (3 x the LLC)
         self.checks = 0
 
     # ------------------------------------------------------------------ setup
@@ -187,8 +188,8 @@ class Worker:
                     sets[i] = None
                 else:
                     t0 = _perf_counter_ns()
-                    # the inputs at a new page offset each call (bench/layout.py)
-                    inputs = self.relocator.relocate(drawn if drawn is not None else self._draw(source, seed), seed)
+                    inputs = self._place(drawn if drawn is not None else self._draw(source, seed), seed,
+                                         from_memory=drawn is None)
                     gen_ns += _perf_counter_ns() - t0
                 c0, p0 = _thread_time_ns(), _process_time_ns()
                 start = _perf_counter_ns()
@@ -211,6 +212,19 @@ class Worker:
         return {"times_ns": times, "gen_ns": gen_ns, "thread_cpu_ns": thread_ns,
                 "process_cpu_ns": process_ns, "run_queue_wait_ns": waited, "round_ns": round_ns,
                 "tampered": tampered_timers()}
+
+    def _place(self, inputs: list[Any], seed: int, *, from_memory: bool) -> list[Any]:
+        """The inputs at a new page offset each call (bench/layout.py); with ``from_memory``
+        (fresh draws) the baseline's PERSISTENT_INPUTS placed, then evicted from the caches,
+        before the other inputs (bench/eviction.py)."""
+        assert self.baseline is not None
+        if not (from_memory and self.baseline.persistent_inputs):
+            return self.relocator.relocate(inputs, seed)
+        if self.scrubber is None:
+            self.scrubber = eviction.CacheScrubber()
+        return eviction.place_from_memory(
+            inputs, self.baseline.persistent_inputs,
+            lambda position, value: self.relocator.relocate(value, seed + 7919 * position), self.scrubber)
 
     def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
         picked = [self.pool.load(i, self.kept[i]) for i in msg["indices"]]
