@@ -565,6 +565,21 @@ def test_persistent_inputs_are_evicted_between_their_copy_and_the_activations(tm
         assert "scrub" not in events
 
 
+def test_a_loop_rotates_through_enough_copies_of_the_persistent_inputs():
+    """A loop that cannot scrub between calls (the profiler's) rotates through copies of the
+    weights that together exceed the scrub size; the activations are shared, values equal."""
+    from kernel_harness.bench.eviction import SCRUB_LLC_MULTIPLE, rotated_sets
+
+    x, w, eps = torch.randn(4, 8), torch.randn(1 << 18), 1e-6  # a 1 MiB weight
+    sets = rotated_sets([x, w, eps], (1,), llc_bytes=1 << 20)
+    assert len(sets) == SCRUB_LLC_MULTIPLE  # 3 MiB of copies of a 1 MiB weight
+    assert len({s[1].data_ptr() for s in sets}) == len(sets) and w.data_ptr() not in {s[1].data_ptr() for s in sets}
+    assert all(s[0] is x and s[2] == eps and torch.equal(s[1], w) for s in sets)
+    assert len(rotated_sets([x, torch.randn(1 << 20), eps], (1,), llc_bytes=1 << 20)) == 2  # at least two
+    assert rotated_sets([x, w, eps], (), llc_bytes=1 << 20) == [[x, w, eps]]  # nothing named: one list
+    assert len(rotated_sets([x, w], (1, 5), llc_bytes=1 << 20)) == 3  # a position past a short set is left out
+
+
 def test_a_report_says_which_inputs_came_from_memory(tmp_path):
     path = tmp_path / "persistent_rms.py"
     path.write_text(Path(RMS).read_text() + "\nPERSISTENT_INPUTS = (1,)\n")

@@ -439,3 +439,29 @@ def test_profiler_on_the_catalogue_kernel(request: pytest.FixtureRequest, tmp_pa
     assert run.returncode == 0, run.stderr
     data = json.loads(out.read_text())
     assert data["roofline_profile"]["achieved_gbs"] > 0
+
+
+def test_the_profiled_calls_rotate_the_persistent_inputs() -> None:
+    """The child's timings and its perf loop call the op on each input list in turn, so with
+    the baseline's PERSISTENT_INPUTS rotated (bench/eviction.py) no call finds its weight
+    where the previous one left it; the measure payload says how many copies."""
+    import torch
+
+    from kernel_harness.bench.eviction import rotated_sets
+    from kernel_harness.profiling.child import loop, measure
+
+    x, w = torch.randn(4, 8), torch.randn(1 << 18)
+    sets = rotated_sets([x, w], (1,), llc_bytes=1 << 20)
+    seen: list[int] = []
+
+    def op(a, b, out=None):
+        seen.append(b.data_ptr())
+        return a * b[:8]
+
+    result = measure(op, sets, seconds=0.01)
+    assert result["input_copies"] == len(sets) == 3
+    assert set(seen) == {s[1].data_ptr() for s in sets}
+    assert all(a != b for a, b in zip(seen, seen[1:]))  # never the same weight twice in a row
+    seen.clear()
+    loop(op, sets, seconds=0.01)
+    assert len(set(seen)) == 3 and all(a != b for a, b in zip(seen, seen[1:]))

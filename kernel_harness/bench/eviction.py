@@ -26,16 +26,23 @@ costs ~3 ms per call (96 MiB at ~30 GB/s), outside the timed region.
 Only fresh draws are placed so: the tier sweep's steady regime (sets that fit
 in an L2, one draw per round) models a model's repeated small layers, and
 ``--cold`` draws a round's sets first, so each is evicted by the later ones.
+
+A loop that calls the op back to back (the profiler's child) cannot scrub
+between calls without the scrub showing in its samples; it rotates instead
+through copies of the persistent inputs that together exceed the scrub size
+(:func:`rotated_sets`), as a model's layers rotate through their weights.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from ..machine import ASSUMED_LLC_BYTES, last_level_cache_bytes
+from . import tree
 
 #: The buffer read between the draw and the call, as a multiple of the last-level
 #: cache: a pseudo-LRU cache keeps some lines through one cache-sized pass, and a
@@ -80,3 +87,22 @@ def place_from_memory(inputs: Sequence[Any], persistent: tuple[int, ...], move: 
         if i not in persistent:
             out[i] = move(i, value)
     return out
+
+
+def rotated_sets(inputs: Sequence[Any], persistent: tuple[int, ...], llc_bytes: int | None = None) -> list[list[Any]]:
+    """Input lists sharing the other inputs, each with its own copy of the ``persistent`` ones,
+    enough copies (at least two) that a loop over them reads those from memory; just
+    ``[inputs]`` without persistent inputs."""
+    present = [p for p in persistent if p < len(inputs)]
+    nbytes = sum(tree.nbytes(inputs[p]) for p in present)
+    if not nbytes:
+        return [list(inputs)]
+    copies = max(2, math.ceil(scrub_bytes(llc_bytes) / nbytes))
+    sets = []
+    for _ in range(copies):
+        copy = list(inputs)
+        for p in present:
+            copy[p] = tree.clone_tree(inputs[p])
+        sets.append(copy)
+    return sets
+

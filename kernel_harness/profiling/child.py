@@ -12,6 +12,11 @@ profiler's own process.  Two modes:
   ``perf stat -p`` or ``perf record -p`` for a fixed window; write calls/second and
   the kernel's library file names to ``--result``.
 
+Both modes call the op on input lists in turn: with the baseline's
+``PERSISTENT_INPUTS`` (weights, KV caches) each list has its own copy of
+those, enough copies that every call reads them from memory as in a model
+(bench/eviction.py: ``rotated_sets``); without, the one drawn list.
+
 Run as ``python -m kernel_harness.profiling.child --kernel-package P --op P.f --baseline B ...``.
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import itertools
 import json
 import statistics
 import sys
@@ -30,6 +36,7 @@ from typing import Any
 import torch
 
 from ..baseline import load_baseline
+from ..bench.eviction import rotated_sets
 from ..kernel_loader import load_kernel_module, resolve_op
 
 
@@ -64,24 +71,31 @@ def accepts_out(fn: Callable[..., Any]) -> bool:
         return False
 
 
-def measure(op: Callable[..., Any], inputs: list[Any], *, seconds: float) -> dict[str, Any]:
+def _in_turn(sets: list[list[Any]]) -> Callable[[], list[Any]]:
+    """The next input list on each call, round and round."""
+    turn = itertools.cycle(sets)
+    return lambda: next(turn)
+
+
+def measure(op: Callable[..., Any], sets: list[list[Any]], *, seconds: float) -> dict[str, Any]:
     threads = torch.get_num_threads()
-    result: dict[str, Any] = {"threads": threads}
-    output = op(*inputs)
+    result: dict[str, Any] = {"threads": threads, "input_copies": len(sets)}
+    inputs = _in_turn(sets)
+    output = op(*inputs())
     out_tensor = _first_tensor(output)
     result["output_bytes"] = int(out_tensor.numel() * out_tensor.element_size()) if out_tensor is not None else 0
     result["output_is_single_tensor"] = isinstance(output, torch.Tensor)
-    result["all_threads"] = _time_calls(lambda: op(*inputs), min_seconds=seconds)
+    result["all_threads"] = _time_calls(lambda: op(*inputs()), min_seconds=seconds)
     try:
         torch.set_num_threads(1)  # the kernel's OpenMP regions share torch's runtime and see this
-        result["one_thread"] = _time_calls(lambda: op(*inputs), min_seconds=seconds)
+        result["one_thread"] = _time_calls(lambda: op(*inputs()), min_seconds=seconds)
     finally:
         torch.set_num_threads(threads)
     result["accepts_out"] = accepts_out(op) and isinstance(output, torch.Tensor)
     if result["accepts_out"]:
         buffer = torch.empty_like(output)
         try:
-            result["with_out"] = _time_calls(lambda: op(*inputs, out=buffer), min_seconds=seconds)
+            result["with_out"] = _time_calls(lambda: op(*inputs(), out=buffer), min_seconds=seconds)
         except Exception as exc:  # noqa: BLE001 - report, do not fail the profile
             result["accepts_out"] = False
             result["out_error"] = f"{type(exc).__name__}: {exc}"
@@ -95,14 +109,15 @@ def measure(op: Callable[..., Any], inputs: list[Any], *, seconds: float) -> dic
     return result
 
 
-def loop(op: Callable[..., Any], inputs: list[Any], *, seconds: float) -> dict[str, Any]:
+def loop(op: Callable[..., Any], sets: list[list[Any]], *, seconds: float) -> dict[str, Any]:
+    inputs = _in_turn(sets)
     for _ in range(3):
-        op(*inputs)
+        op(*inputs())
     print("READY", flush=True)
     calls = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
-        op(*inputs)
+        op(*inputs())
         calls += 1
     elapsed = time.perf_counter() - start
     return {"calls": calls, "seconds": elapsed, "us_per_call": elapsed / max(1, calls) * 1e6}
@@ -131,9 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = load_kernel_module(args.kernel_package)
         op = resolve_op(module, args.op)
-        inputs = load_baseline(args.baseline).draw_inputs(args.seed)
+        baseline = load_baseline(args.baseline)
+        sets = rotated_sets(baseline.draw_inputs(args.seed), baseline.persistent_inputs)
         with torch.no_grad():
-            payload = (measure if args.mode == "measure" else loop)(op, inputs, seconds=args.seconds)
+            payload = (measure if args.mode == "measure" else loop)(op, sets, seconds=args.seconds)
         payload["libraries"] = kernel_libraries(module)
         payload["ok"] = True
     except Exception as exc:  # noqa: BLE001 - the parent turns this into a clear message

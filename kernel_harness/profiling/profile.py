@@ -349,6 +349,11 @@ def profile_op(kernel_package: str, op: str, baseline: Path | None, *, config: C
     rp = roofline_profile(measured, flops=flops, nbytes=nbytes, kind=kind, dtype=dtype, machine=machine,
                           gemm_m=gemm_m, tier=running_tier(machine))
     rp["counts_source"] = source
+    # how many copies of the baseline's PERSISTENT_INPUTS the calls rotated through (1: none named)
+    rp["input_copies"] = measured.get("input_copies", 1)
+    if rp["input_copies"] > 1:
+        notes.append(f"the baseline's PERSISTENT_INPUTS rotated through {rp['input_copies']} copies, so every "
+                     "timed and sampled call read them from memory, as a model reads its weights")
     counters_obj = perf.pop("_counters", None)
     if counters_obj is not None:
         perf["findings"] = [f.to_dict() for f in interpret(counters_obj, compute_fraction=rp["compute_fraction"])]
