@@ -223,10 +223,10 @@ def load_baseline(path: str | Path) -> Baseline:
         raise UsageError(f"run_baseline in {path} is not a function.")
     return Baseline(path=path.resolve(), module=module, has_reference_function=has_ref,
                     has_correctness_inputs=has_corr, has_run_baseline=has_run,
-                    persistent_inputs=_persistent_positions(getattr(module, "PERSISTENT_INPUTS", None), path))
+                    persistent_inputs=persistent_positions(getattr(module, "PERSISTENT_INPUTS", None), path))
 
 
-def _persistent_positions(positions: Any, path: Path) -> tuple[int, ...]:
+def persistent_positions(positions: Any, path: Path) -> tuple[int, ...]:
     """``PERSISTENT_INPUTS`` checked: distinct non-negative input positions."""
     if positions is None:
         return ()

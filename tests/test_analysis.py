@@ -395,3 +395,21 @@ def test_math_sanity_of_intensity() -> None:
     row = report["shapes"][0]
     assert row["bound"] == "compute"
     assert math.isclose(row["arithmetic_intensity"], 2 * 4096**3 / (3 * 4096 * 4096 * 2), rel_tol=1e-9)
+
+
+def test_a_gemm_baseline_without_persistent_inputs_is_told_to_name_them(tmp_path: Path) -> None:
+    """The shipped linear example names its weight and bias, and the analysis reports them; a copy
+    without PERSISTENT_INPUTS gets a note saying what the benchmark would then time (a weight
+    fresh from a copy, in the cache) and what to add. A Model form keeps its weights as
+    parameters, never redrawn, so it gets no such note."""
+    shipped = analyze_op("linear", shapes=None, dtype=None, baseline=EXAMPLES / "linear" / "baseline.py",
+                         machine=fake_profile())
+    assert shipped["kind"] == "gemm" and shipped["baseline"]["persistent_inputs"] == [1, 2]
+    assert not any("PERSISTENT_INPUTS" in note for note in shipped["notes"])
+    bare = tmp_path / "baseline.py"
+    bare.write_text((EXAMPLES / "linear" / "baseline.py").read_text().replace("PERSISTENT_INPUTS = (1, 2)", ""))
+    report = analyze_op("linear", shapes=None, dtype=None, baseline=bare, machine=fake_profile())
+    assert report["baseline"]["persistent_inputs"] == []
+    assert any("names no PERSISTENT_INPUTS" in note and str(bare) in note for note in report["notes"])
+    model = analyze_op("my_proj", shapes=None, dtype=None, baseline=DATA / "gemm_baseline.py", machine=fake_profile())
+    assert model["kind"] == "gemm" and not any("PERSISTENT_INPUTS" in note for note in model["notes"])

@@ -93,6 +93,12 @@ def analyze_op(name: str, *, shapes: list[tuple[int, ...]] | None, dtype: str | 
         kind, kind_source = match.kind, "name"
         if not match.recognised:
             notes.append(match.note)
+    if trace is not None and kind in ("gemm", "attention") and not trace.model_weights \
+            and not trace.persistent_inputs:
+        notes.append(f"{baseline} names no PERSISTENT_INPUTS: the benchmark will hand each timed call its weight "
+                     "(or KV cache) freshly copied, still in the last-level cache, where a model reads it from "
+                     "memory, and that regime changed which GEMM won on a Zen 4 EPYC; add e.g. "
+                     "PERSISTENT_INPUTS = (1, 2) with the positions of the weight and bias (examples/README.md)")
     effective_dtype = dtype or (trace.dtype if trace else None) or "fp32"
     if effective_dtype not in DTYPE_BYTES:
         effective_dtype = "fp32"

@@ -32,6 +32,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ..baseline import persistent_positions
 from ..errors import UsageError
 from .opcost import OpCost, _unique_bytes, op_cost, tensor_bytes
 
@@ -70,6 +71,10 @@ class BaselineTrace:
     declared_flops: float | None = None
     declared_bytes: float | None = None
     traced_function: str = "get_reference_output"
+    # the baseline's PERSISTENT_INPUTS (weights, KV caches the benchmark reads from memory)
+    persistent_inputs: tuple[int, ...] = ()
+    # whether the reference is a Model whose parameters are the weights (not inputs)
+    model_weights: bool = False
 
     @property
     def flops(self) -> int:
@@ -130,6 +135,7 @@ class BaselineTrace:
             "ops": self.op_summary(),
             "notes": list(self.notes),
             "traced_function": self.traced_function,
+            "persistent_inputs": list(self.persistent_inputs),
             "declared_flops": self.declared_flops,
             "declared_bytes": self.declared_bytes,
         }
@@ -260,6 +266,7 @@ class _Run:
     output: Any
     function: str
     declared: dict[str, float | None]
+    persistent: tuple[int, ...]
 
 
 def _declared(module: ModuleType, name: str, inputs: list[Any]) -> float | None:
@@ -283,7 +290,8 @@ def _run(path: Path, torch_dtype: torch.dtype | None, *, fake: bool) -> _Run:
             output = reference(*inputs)
         declared = {name: _declared(module, name, inputs) for name in ("FLOPS", "BYTES")}
     function = getattr(reference, "__name__", None) or type(reference).__name__ + ".forward"
-    return _Run(inputs, weights, recorder, output, function, declared)
+    persistent = persistent_positions(getattr(module, "PERSISTENT_INPUTS", None), path)
+    return _Run(inputs, weights, recorder, output, function, declared, persistent)
 
 
 def _fake_input_bytes(path: Path, torch_dtype: torch.dtype | None) -> int | None:
@@ -349,4 +357,6 @@ def trace_baseline(path: Path, *, dtype: str | None = None) -> BaselineTrace:
         declared_flops=run.declared["FLOPS"],
         declared_bytes=run.declared["BYTES"],
         traced_function=run.function,
+        persistent_inputs=run.persistent,
+        model_weights=bool(run.weights),
     )
