@@ -588,9 +588,10 @@ def test_a_report_says_which_inputs_came_from_memory(tmp_path):
     assert code == 0, report["failures"]
     regime = report["timing"]["inputs_from_memory"]
     assert regime["positions"] == [1] and regime["scrub_bytes"] >= 2 * 2**20
+    assert report["conditions"]["inputs_from_memory"] == [1]  # carried into a trial's conditions
     code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op",
                              "bk_honest.rms_norm", *FAST)
-    assert report["timing"]["inputs_from_memory"] is None
+    assert report["timing"]["inputs_from_memory"] is None and report["conditions"]["inputs_from_memory"] == []
 
 
 def test_a_dispatch_lag_inside_the_sweeps_interval_is_not_a_violation(tmp_path, monkeypatch):

@@ -631,7 +631,8 @@ def test_conditions_travel_with_the_result(workspace):
     assert conditions == {
         "cpu_model": "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", "supported_tiers": ["generic", "avx2", "avx512"],
         "tier_ran": "avx2", "threads": 2, "pinned": False, "load_before": 3.3, "load_after": 4.4,
-        "oversubscribed": True, "reliable": True, "speedup_ci": [4.3, 26.8]}
+        "oversubscribed": True, "reliable": True, "speedup_ci": [4.3, 26.8],
+        "inputs_from_memory": None}  # a report without the field: unknown, not "none"
     assert "OVERSUBSCRIBED" in status_json(workspace)["stdout"]
 
 
@@ -985,3 +986,22 @@ def test_status_shows_the_interval_a_cached_baseline_trial_is_ranked_by(workspac
     assert interval_label(state.trial("t0")) == " [2.80-3.20x]"
     assert interval_label(state.trial("t1")) == " [3.10-3.80x]"
     assert "3.40x side by side) [3.10-3.80x]" in describe_result(state.trial("t1"))
+
+
+def test_a_child_whose_weights_came_from_elsewhere_is_said_to_differ():
+    """The benchmark's conditions name the inputs it read from memory (PERSISTENT_INPUTS): a
+    trial timed with the weight from memory against a parent timed with it fresh from a copy
+    (in the last-level cache) is not measured the same way, and the tree says so; a report
+    from before the field is not guessed at."""
+    from kernel_harness.trials.conditions import conditions_of, differences
+    from kernel_harness.trials.model import TrialResult
+
+    def result(conditions):
+        return TrialResult(True, 2.0, 100.0, 50.0, "", "", {"conditions": conditions})
+
+    fresh, from_memory, old = result({"inputs_from_memory": []}), result({"inputs_from_memory": [1, 2]}), result({})
+    assert conditions_of(from_memory).inputs_from_memory == (1, 2)
+    assert "inputs 1, 2 from memory" in conditions_of(from_memory).label()
+    assert differences(conditions_of(fresh), conditions_of(from_memory)) == ["inputs from memory: 1, 2 (parent none)"]
+    assert differences(conditions_of(old), conditions_of(from_memory)) == []
+    assert differences(conditions_of(from_memory), conditions_of(result({"inputs_from_memory": [1, 2]}))) == []

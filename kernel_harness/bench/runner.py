@@ -125,6 +125,8 @@ class Benchmark:
         check_reproducible(s.baseline, s.seed())
         # --cold draws a round's sets first: each is evicted by the later ones, activations too
         r.inputs_from_memory = None if o.cold else inputs_from_memory(s.baseline.persistent_inputs)
+        # a condition too: two runs compare only when their weights came from the same place
+        r.conditions["inputs_from_memory"] = r.inputs_from_memory["positions"] if r.inputs_from_memory else []
         try:
             # spawn the kernel's worker now: its imports (torch, the kernel) overlap with
             # the parent's own work on the inputs and references

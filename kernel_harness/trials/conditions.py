@@ -1,8 +1,9 @@
 """The conditions a result was measured under, and whether two results share them.
 
 A speedup is only comparable with another measured the same way: pinned or
-not, the same thread count, the same CPU and tier, and neither run on an
-oversubscribed machine.  ``benchmark_cpu.py --json`` reports them in its
+not, the same thread count, the same CPU and tier, the same inputs read from
+memory (the baseline's ``PERSISTENT_INPUTS``: a weight fresh from a copy sits
+in the last-level cache), and neither run on an oversubscribed machine.  ``benchmark_cpu.py --json`` reports them in its
 ``conditions`` object; results recorded from older reports still carry
 ``threads``, ``pinned``, ``load_average`` and ``machine``, from which the
 same fields are read where they exist (``None`` where they do not).
@@ -29,11 +30,14 @@ class Conditions:
     oversubscribed: bool | None = None
     reliable: bool | None = None
     speedup_ci: tuple[float, float] | None = None
+    # input positions evicted before each call (() none; None: a report from before the field)
+    inputs_from_memory: tuple[int, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["supported_tiers"] = list(self.supported_tiers) if self.supported_tiers is not None else None
         data["speedup_ci"] = list(self.speedup_ci) if self.speedup_ci is not None else None
+        data["inputs_from_memory"] = list(self.inputs_from_memory) if self.inputs_from_memory is not None else None
         return data
 
     def label(self) -> str:
@@ -45,6 +49,8 @@ class Conditions:
             parts.append(f"{self.threads} thread{'s' if self.threads != 1 else ''}")
         if self.tier_ran:
             parts.append(self.tier_ran)
+        if self.inputs_from_memory:
+            parts.append(f"inputs {_positions(self.inputs_from_memory)} from memory")
         loads = [f"{v:.1f}" for v in (self.load_before, self.load_after) if v is not None]
         if loads:
             parts.append("load " + "-".join(loads))
@@ -61,6 +67,16 @@ def _number(value: Any) -> float | None:
 
 def _bool(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
+
+
+def _positions(positions: tuple[int, ...]) -> str:
+    return ", ".join(map(str, positions)) if positions else "none"
+
+
+def _position_list(value: Any) -> tuple[int, ...] | None:
+    if not isinstance(value, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in value):
+        return None
+    return tuple(value)
 
 
 def _text(value: Any) -> str | None:
@@ -103,6 +119,7 @@ def conditions_of(result: TrialResult | None) -> Conditions:
         oversubscribed=oversubscribed,
         reliable=_bool(details.get("reliable")),
         speedup_ci=speedup_interval(details),
+        inputs_from_memory=_position_list(raw.get("inputs_from_memory")),
     )
 
 
@@ -117,6 +134,10 @@ def differences(parent: Conditions, child: Conditions) -> list[str]:
         found.append(f"CPU {child.cpu_model} (parent {parent.cpu_model})")
     if parent.tier_ran and child.tier_ran and parent.tier_ran != child.tier_ran:
         found.append(f"tier {child.tier_ran} (parent {parent.tier_ran})")
+    if parent.inputs_from_memory is not None and child.inputs_from_memory is not None \
+            and parent.inputs_from_memory != child.inputs_from_memory:
+        found.append(f"inputs from memory: {_positions(child.inputs_from_memory)} "
+                     f"(parent {_positions(parent.inputs_from_memory)})")
     if child.oversubscribed:
         found.append("oversubscribed machine")
     elif parent.oversubscribed:
