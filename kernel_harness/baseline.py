@@ -238,4 +238,22 @@ def persistent_positions(positions: Any, path: Path) -> tuple[int, ...]:
     if len(set(positions)) != len(positions):
         raise UsageError(f"PERSISTENT_INPUTS in {path} names a position twice: {positions!r}. List each "
                          "input once.")
-    return tuple(positions)
+    return tuple(sorted(positions))
+
+
+def check_persistent_positions(baseline: Baseline, inputs: list[Any]) -> None:
+    """Every ``PERSISTENT_INPUTS`` position lies within ``get_inputs()``'s list and one at least
+    holds a tensor: a position past the list (a 1-based count, say) would be skipped in every
+    call, each still paying the cache scrub, and the report would claim inputs from memory."""
+    named = baseline.persistent_inputs
+    if not named:
+        return
+    outside = [p for p in named if p >= len(inputs)]
+    if outside:
+        raise UsageError(f"PERSISTENT_INPUTS in {baseline.path} names position(s) {outside}, but get_inputs() "
+                         f"returns {len(inputs)} inputs (positions 0-{len(inputs) - 1}, counted from 0). "
+                         "Name the positions of the weights or caches in that list.")
+    if not any(isinstance(inputs[p], torch.Tensor) or (isinstance(inputs[p], (list, tuple)) and any(
+            isinstance(t, torch.Tensor) for t in inputs[p])) for p in named):
+        raise UsageError(f"PERSISTENT_INPUTS in {baseline.path} names {list(named)}, but get_inputs() holds no "
+                         "tensor there; name the positions of the weight or cache tensors.")

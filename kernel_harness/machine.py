@@ -302,6 +302,23 @@ def last_level_cache_bytes(caches: tuple[CacheLevel, ...] | None = None) -> int 
     return max(c.size_bytes for c in shared if c.level == top)
 
 
+def last_level_cache_domains(cpus: set[int] | None = None,
+                             root: Path = Path("/sys/devices/system/cpu")) -> int:
+    """How many separate last-level caches ``cpus`` (this process's by default) spread over:
+    an AMD EPYC has one L3 per core complex, so a process on two complexes sees two of the
+    size ``last_level_cache_bytes()`` reports. 1 where sysfs does not say."""
+    cpus = cpus if cpus is not None else (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set())
+    domains = set()
+    for cpu in cpus:
+        indexes = [i for i in (root / f"cpu{cpu}" / "cache").glob("index*")
+                   if _read(i / "level").strip().isdigit() and _read(i / "type").strip() != "Instruction"]
+        if not indexes:
+            continue
+        top = max(indexes, key=lambda i: int(_read(i / "level").strip()))
+        domains.add(_read(top / "shared_cpu_list").strip() or f"cpu{cpu}")
+    return max(1, len(domains))
+
+
 def read_cpu_facts() -> CpuFacts:
     info = _parse_cpuinfo(_read("/proc/cpuinfo"))
     logical = os.cpu_count() or info["processors"] or 1

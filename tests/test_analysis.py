@@ -413,3 +413,14 @@ def test_a_gemm_baseline_without_persistent_inputs_is_told_to_name_them(tmp_path
     assert any("names no PERSISTENT_INPUTS" in note and str(bare) in note for note in report["notes"])
     model = analyze_op("my_proj", shapes=None, dtype=None, baseline=DATA / "gemm_baseline.py", machine=fake_profile())
     assert model["kind"] == "gemm" and not any("PERSISTENT_INPUTS" in note for note in model["notes"])
+    # decode attention: the KV cache persists (the note names it); prefill attention's K and V
+    # are the current tokens' activations, so it gets no note
+    decode = tmp_path / "decode.py"
+    decode.write_text((EXAMPLES / "decode_attention" / "baseline.py").read_text()
+                      .replace("PERSISTENT_INPUTS = (1, 2)", ""))
+    report = analyze_op("my_attn", shapes=None, dtype=None, baseline=decode, machine=fake_profile())
+    assert report["kind"] == "attention"
+    assert any("names no PERSISTENT_INPUTS" in note and "KV cache" in note for note in report["notes"])
+    prefill = analyze_op("attention", shapes=None, dtype=None, baseline=DATA / "attention_baseline.py",
+                         machine=fake_profile())
+    assert not any("PERSISTENT_INPUTS" in note for note in prefill["notes"])

@@ -270,7 +270,8 @@ def test_assert_dispatch_needs_tier_all(tmp_path):
 
 @pytest.mark.parametrize("name", ["no_get_inputs.py", "no_reference.py", "syntax_error.py",
                                   "inputs_not_list.py", "raises_on_import.py", "nondeterministic.py",
-                                  "persistent_not_positions.py", "does_not_exist.py"])
+                                  "persistent_not_positions.py", "persistent_twice.py",
+                                  "persistent_past_the_inputs.py", "does_not_exist.py"])
 def test_bad_baseline_files_exit_2(tmp_path, name, capsys):
     code, report = run_bench(tmp_path, str(BASELINES / name), "--kernel-package", "bk_honest",
                              "--op", "bk_honest.rms_norm", *FAST)
@@ -568,16 +569,18 @@ def test_persistent_inputs_are_evicted_between_their_copy_and_the_activations(tm
 def test_a_loop_rotates_through_enough_copies_of_the_persistent_inputs():
     """A loop that cannot scrub between calls (the profiler's) rotates through copies of the
     weights that together exceed the scrub size; the activations are shared, values equal."""
-    from kernel_harness.bench.eviction import SCRUB_LLC_MULTIPLE, rotated_sets
+    from kernel_harness.bench.eviction import MAX_ROTATED_COPIES, SCRUB_LLC_MULTIPLE, rotated_sets
 
     x, w, eps = torch.randn(4, 8), torch.randn(1 << 18), 1e-6  # a 1 MiB weight
-    sets = rotated_sets([x, w, eps], (1,), llc_bytes=1 << 20)
+    sets = rotated_sets([x, w, eps], (1,), llc_bytes=1 << 20, domains=1)
     assert len(sets) == SCRUB_LLC_MULTIPLE  # 3 MiB of copies of a 1 MiB weight
     assert len({s[1].data_ptr() for s in sets}) == len(sets) and w.data_ptr() not in {s[1].data_ptr() for s in sets}
     assert all(s[0] is x and s[2] == eps and torch.equal(s[1], w) for s in sets)
-    assert len(rotated_sets([x, torch.randn(1 << 20), eps], (1,), llc_bytes=1 << 20)) == 2  # at least two
+    assert len(rotated_sets([x, torch.randn(1 << 20), eps], (1,), llc_bytes=1 << 20, domains=1)) == 2  # >= two
     assert rotated_sets([x, w, eps], (), llc_bytes=1 << 20) == [[x, w, eps]]  # nothing named: one list
-    assert len(rotated_sets([x, w], (1, 5), llc_bytes=1 << 20)) == 3  # a position past a short set is left out
+    assert len(rotated_sets([x, w], (1, 5), llc_bytes=1 << 20, domains=1)) == 3  # past a short set: left out
+    assert len(rotated_sets([x, w], (1,), llc_bytes=1 << 20, domains=2)) == 6  # an L3 per core complex
+    assert len(rotated_sets([x, torch.tensor(2.0)], (1,), llc_bytes=1 << 20, domains=1)) == MAX_ROTATED_COPIES
 
 
 def test_a_report_says_which_inputs_came_from_memory(tmp_path):
@@ -592,6 +595,11 @@ def test_a_report_says_which_inputs_came_from_memory(tmp_path):
     code, report = run_bench(tmp_path, RMS, "--kernel-package", "bk_honest", "--op",
                              "bk_honest.rms_norm", *FAST)
     assert report["timing"]["inputs_from_memory"] is None and report["conditions"]["inputs_from_memory"] == []
+    # --cold: every input from memory, the activations too; not comparable with either regime
+    code, report = run_bench(tmp_path, str(path), "--kernel-package", "bk_honest", "--op",
+                             "bk_honest.rms_norm", "--cold", "--rounds", "2")
+    assert code == 0 and report["timing"]["inputs_from_memory"] is None
+    assert report["conditions"]["inputs_from_memory"] is None
 
 
 def test_a_dispatch_lag_inside_the_sweeps_interval_is_not_a_violation(tmp_path, monkeypatch):

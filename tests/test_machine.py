@@ -194,3 +194,22 @@ def test_real_quick_probe_measures_within_budget(tmp_path: Path) -> None:
     assert again.returncode == 0
     assert json.loads(out.read_text())["measured_at"] == data["measured_at"]
     assert "Measuring this machine" not in again.stderr and "Measuring this machine" in run.stderr
+
+
+def test_last_level_cache_domains_counts_each_shared_l3_once(tmp_path: Path) -> None:
+    """An EPYC has one L3 per core complex: CPUs 0-1 share one, 2-3 another. A process on
+    CPUs 0, 1 and 2 spans two of them (the cache scrub must cover both); no sysfs: one."""
+    from kernel_harness.machine import last_level_cache_domains
+
+    for cpu in range(4):
+        for index, (level, kind, shared) in enumerate(((1, "Data", str(cpu)), (1, "Instruction", str(cpu)),
+                                                       (2, "Unified", str(cpu)),
+                                                       (3, "Unified", "0-1" if cpu < 2 else "2-3"))):
+            d = tmp_path / f"cpu{cpu}" / "cache" / f"index{index}"
+            d.mkdir(parents=True)
+            (d / "level").write_text(f"{level}\n")
+            (d / "type").write_text(f"{kind}\n")
+            (d / "shared_cpu_list").write_text(f"{shared}\n")
+    assert last_level_cache_domains({0, 1}, root=tmp_path) == 1
+    assert last_level_cache_domains({0, 1, 2}, root=tmp_path) == 2
+    assert last_level_cache_domains({7}, root=tmp_path) == 1

@@ -1005,3 +1005,25 @@ def test_a_child_whose_weights_came_from_elsewhere_is_said_to_differ():
     assert differences(conditions_of(fresh), conditions_of(from_memory)) == ["inputs from memory: 1, 2 (parent none)"]
     assert differences(conditions_of(old), conditions_of(from_memory)) == []
     assert differences(conditions_of(from_memory), conditions_of(result({"inputs_from_memory": [1, 2]}))) == []
+
+
+def test_a_cached_baseline_time_without_its_input_regime_is_flagged(workspace):
+    """A baseline that names PERSISTENT_INPUTS, whose cached time (t0's result) says nothing of
+    where its inputs came from: it may predate the eviction, so baseline-us says to refresh;
+    a record that names the regime, or a baseline without persistent inputs, gets no warning."""
+    baseline = workspace / "linear_like.py"
+    baseline.write_text(BASELINE.read_text() + "\nPERSISTENT_INPUTS = (1,)\n")
+    commands.init("lin", baseline, force=False)
+    commands.save("lin", make_kernel(workspace), strategy="a", parent=None)
+    old = json.loads(benchmark_json(workspace / "old.json").read_text())
+    old.pop("conditions", None)
+    (workspace / "old.json").write_text(json.dumps(old))
+    commands.result("lin", "t0", correctness=None, speedup=None, baseline_us=None, kernel_us=None,
+                    from_json=workspace / "old.json", force=False)
+    warnings = commands.baseline_us("lin")["warnings"]
+    assert any("does not record where its inputs came from" in w and "--refresh" in w for w in warnings)
+    commands.init("rms", BASELINE, force=False)
+    commands.save("rms", make_kernel(workspace), strategy="a", parent=None)
+    commands.result("rms", "t0", correctness=None, speedup=None, baseline_us=None, kernel_us=None,
+                    from_json=workspace / "old.json", force=False)
+    assert not any("inputs came from" in w for w in commands.baseline_us("rms")["warnings"])

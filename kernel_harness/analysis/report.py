@@ -69,6 +69,12 @@ def _shape_row(shape: tuple[int, ...], cost: ShapeCost, *, kind: str, dtype: str
     }
 
 
+def _one_query(trace: BaselineTrace) -> bool:
+    """Whether the traced attention has one query row (decode): its KV cache then persists."""
+    attn = [op for op in trace.ops if op.category == "attention" and op.shapes]
+    return bool(attn) and len(attn[0].shapes[0]) >= 2 and attn[0].shapes[0][-2] == 1
+
+
 def analyze_op(name: str, *, shapes: list[tuple[int, ...]] | None, dtype: str | None,
                baseline: Path | None, machine: MachineProfile) -> dict[str, Any]:
     """The whole analysis as a JSON-ready dict."""
@@ -93,12 +99,15 @@ def analyze_op(name: str, *, shapes: list[tuple[int, ...]] | None, dtype: str | 
         kind, kind_source = match.kind, "name"
         if not match.recognised:
             notes.append(match.note)
-    if trace is not None and kind in ("gemm", "attention") and not trace.model_weights \
+    decode = "decode" in name.lower() or (trace is not None and kind == "attention" and _one_query(trace))
+    if trace is not None and (kind == "gemm" or (kind == "attention" and decode)) and not trace.model_weights \
             and not trace.persistent_inputs:
-        notes.append(f"{baseline} names no PERSISTENT_INPUTS: the benchmark will hand each timed call its weight "
-                     "(or KV cache) freshly copied, still in the last-level cache, where a model reads it from "
-                     "memory, and that regime changed which GEMM won on a Zen 4 EPYC; add e.g. "
-                     "PERSISTENT_INPUTS = (1, 2) with the positions of the weight and bias (examples/README.md)")
+        what, example = (("KV cache", "(1, 2) for k_cache and v_cache") if kind == "attention"
+                         else ("weight", "(1, 2) for a weight and its bias"))
+        notes.append(f"{baseline} names no PERSISTENT_INPUTS: the benchmark will hand each timed call its {what} "
+                     "freshly copied, still in the last-level cache, where a model reads it from memory, and "
+                     f"that regime changed which GEMM won on a Zen 4 EPYC; add PERSISTENT_INPUTS = {example}, "
+                     "the positions in get_inputs() (examples/README.md)")
     effective_dtype = dtype or (trace.dtype if trace else None) or "fp32"
     if effective_dtype not in DTYPE_BYTES:
         effective_dtype = "fp32"

@@ -20,6 +20,7 @@ import random
 import sys
 from typing import Any
 
+from ..baseline import load_baseline
 from ..cpu import cpu_model, supported_tiers
 from ..errors import HarnessError
 from . import stats
@@ -85,6 +86,8 @@ def time_baseline(baseline_path: str, *, threads: int, rounds: int = DEFAULT_ROU
             "cpu_model": cpu_model(),
             "supported_tiers": supported_tiers(),
             "tier_ran": None,
+            # the worker's regime, as benchmark_cpu.py records it (eviction.py)
+            "inputs_from_memory": list(load_baseline(baseline_path).persistent_inputs),
             "threads": threads,
             "pinned": pin.pinned,
             "pinned_detail": pin.detail,

@@ -41,18 +41,27 @@ from typing import Any
 
 import torch
 
-from ..machine import ASSUMED_LLC_BYTES, last_level_cache_bytes
+from ..machine import ASSUMED_LLC_BYTES, last_level_cache_bytes, last_level_cache_domains
 from . import tree
 
 #: The buffer read between the draw and the call, as a multiple of the last-level
 #: cache: a pseudo-LRU cache keeps some lines through one cache-sized pass, and a
 #: victim L3 (AMD's) is filled by the L2s of every core the read runs on.
 SCRUB_LLC_MULTIPLE = 3
+#: At most this many separate last-level caches are counted (memory and time per call).
+MAX_LLC_DOMAINS = 8
+#: At most this many copies of the persistent inputs in rotation (a tiny input would
+#: otherwise need millions of copies to fill the scrub size).
+MAX_ROTATED_COPIES = 256
 
 
-def scrub_bytes(llc_bytes: int | None = None) -> int:
-    """The size of the buffer read between the draw and the call on this machine."""
-    return SCRUB_LLC_MULTIPLE * (llc_bytes or last_level_cache_bytes() or ASSUMED_LLC_BYTES)
+def scrub_bytes(llc_bytes: int | None = None, domains: int | None = None) -> int:
+    """The size of the buffer read between the draw and the call on this machine: a multiple
+    of the last-level cache for each separate one the process's CPUs share (the threads split
+    the read, so each cache sees its share of it)."""
+    llc = llc_bytes or last_level_cache_bytes() or ASSUMED_LLC_BYTES
+    count = domains if domains is not None else last_level_cache_domains()
+    return SCRUB_LLC_MULTIPLE * llc * min(max(1, count), MAX_LLC_DOMAINS)
 
 
 def inputs_from_memory(persistent: tuple[int, ...]) -> dict[str, Any] | None:
@@ -63,8 +72,8 @@ def inputs_from_memory(persistent: tuple[int, ...]) -> dict[str, Any] | None:
 class CacheScrubber:
     """A buffer of ``SCRUB_LLC_MULTIPLE`` x the last-level cache, written once, read on demand."""
 
-    def __init__(self, llc_bytes: int | None = None) -> None:
-        self.nbytes = scrub_bytes(llc_bytes)
+    def __init__(self, llc_bytes: int | None = None, domains: int | None = None) -> None:
+        self.nbytes = scrub_bytes(llc_bytes, domains)
         # written once: untouched pages all map the kernel's one zero page, and reading
         # them would evict nothing
         self._buffer = torch.ones(self.nbytes // 8, dtype=torch.int64)
@@ -89,15 +98,16 @@ def place_from_memory(inputs: Sequence[Any], persistent: tuple[int, ...], move: 
     return out
 
 
-def rotated_sets(inputs: Sequence[Any], persistent: tuple[int, ...], llc_bytes: int | None = None) -> list[list[Any]]:
+def rotated_sets(inputs: Sequence[Any], persistent: tuple[int, ...], llc_bytes: int | None = None,
+                 domains: int | None = None) -> list[list[Any]]:
     """Input lists sharing the other inputs, each with its own copy of the ``persistent`` ones,
-    enough copies (at least two) that a loop over them reads those from memory; just
-    ``[inputs]`` without persistent inputs."""
+    enough copies (at least two, at most MAX_ROTATED_COPIES) that a loop over them reads those
+    from memory; just ``[inputs]`` without persistent inputs."""
     present = [p for p in persistent if p < len(inputs)]
     nbytes = sum(tree.nbytes(inputs[p]) for p in present)
     if not nbytes:
         return [list(inputs)]
-    copies = max(2, math.ceil(scrub_bytes(llc_bytes) / nbytes))
+    copies = min(MAX_ROTATED_COPIES, max(2, math.ceil(scrub_bytes(llc_bytes, domains) / nbytes)))
     sets = []
     for _ in range(copies):
         copy = list(inputs)

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from ..baseline import load_baseline
+from ..baseline import check_persistent_positions, load_baseline
 from ..cpu import cpu_model, supported_tiers
 from ..errors import KernelCrashed, UsageError
 from . import timing
@@ -123,10 +123,12 @@ class Benchmark:
 
         s.baseline = load_baseline(o.baseline_path)
         check_reproducible(s.baseline, s.seed())
+        check_persistent_positions(s.baseline, s.baseline.draw_inputs(0))
         # --cold draws a round's sets first: each is evicted by the later ones, activations too
         r.inputs_from_memory = None if o.cold else inputs_from_memory(s.baseline.persistent_inputs)
         # a condition too: two runs compare only when their weights came from the same place
-        r.conditions["inputs_from_memory"] = r.inputs_from_memory["positions"] if r.inputs_from_memory else []
+        # (None with --cold, where every input came from memory: not comparable with either)
+        r.conditions["inputs_from_memory"] = None if o.cold else list(s.baseline.persistent_inputs)
         try:
             # spawn the kernel's worker now: its imports (torch, the kernel) overlap with
             # the parent's own work on the inputs and references

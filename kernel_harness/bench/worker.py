@@ -73,6 +73,9 @@ class Worker:
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
         torch.set_num_threads(int(msg["threads"]))
         self.baseline = load_baseline(msg["baseline_path"])
+        if self.baseline.persistent_inputs:
+            # made now, not in the first timed round, whose draw time sizes the rounds
+            self.scrubber = eviction.CacheScrubber()
         info: dict[str, Any] = {"threads": torch.get_num_threads(), "tiers": None,
                                 "has_dispatch_tier": False, "version": None}
         if msg["role"] == "kernel":

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..baseline import load_baseline
 from ..config import OPTIONAL_KEYS, load_config
 from ..errors import CheckFailed, HarnessError, UsageError
 from ..portability.status import unrun_change_warning
@@ -167,15 +168,34 @@ def baseline_us(name: str, *, refresh_timing: bool = False, threads: int | None 
         )
     current = state.baseline_times[-1] if state.baseline_times else None
     _, trial = measured_baseline(state)
+    conditions = current.conditions if current else (conditions_of(trial.result).to_json() if trial else {})
+    warnings += _regime_warnings(state, conditions)
     return {
         "name": name,
         "baseline_us": value,
         "source": current.source if current else (f"result {trial.id}" if trial else None),
-        "conditions": current.conditions if current else (conditions_of(trial.result).to_json() if trial else {}),
+        "conditions": conditions,
         "previous_baseline_us": previous if refresh_timing else None,
         "history": [asdict(t) for t in state.baseline_times],
         "warnings": warnings,
     }
+
+
+def _regime_warnings(state: TreeState, conditions: dict[str, Any]) -> list[str]:
+    """A cached time whose record does not say where its inputs came from, for a baseline that
+    names PERSISTENT_INPUTS: it may have been timed with the weight still in the cache (before
+    the benchmark evicted it), and every --baseline-us run would divide by it."""
+    if conditions.get("inputs_from_memory") is not None:
+        return []
+    try:
+        named = load_baseline(state.baseline.path).persistent_inputs
+    except HarnessError:
+        return []
+    if not named:
+        return []
+    return [f"The cached baseline time does not record where its inputs came from, and the baseline names "
+            f"PERSISTENT_INPUTS {list(named)}: it may have been timed with those inputs still in the cache. "
+            "Run baseline-us --refresh so kernel and baseline are timed alike."]
 
 
 def _config_limits() -> tuple[int | None, float | None, str | None]:
