@@ -401,7 +401,7 @@ def test_a_gemm_baseline_without_persistent_inputs_is_told_to_name_them(tmp_path
     """The shipped linear example names its weight and bias, and the analysis reports them; a copy
     without PERSISTENT_INPUTS gets a note saying what the benchmark would then time (a weight
     fresh from a copy, in the cache) and what to add. A Model form keeps its weights as
-    parameters, never redrawn, so it gets no such note."""
+    parameters, reused by every call, and gets a note of its own."""
     shipped = analyze_op("linear", shapes=None, dtype=None, baseline=EXAMPLES / "linear" / "baseline.py",
                          machine=fake_profile())
     assert shipped["kind"] == "gemm" and shipped["baseline"]["persistent_inputs"] == [1, 2]
@@ -412,7 +412,9 @@ def test_a_gemm_baseline_without_persistent_inputs_is_told_to_name_them(tmp_path
     assert report["baseline"]["persistent_inputs"] == []
     assert any("names no PERSISTENT_INPUTS" in note and str(bare) in note for note in report["notes"])
     model = analyze_op("my_proj", shapes=None, dtype=None, baseline=DATA / "gemm_baseline.py", machine=fake_profile())
-    assert model["kind"] == "gemm" and not any("PERSISTENT_INPUTS" in note for note in model["notes"])
+    assert model["kind"] == "gemm" and not any("names no PERSISTENT_INPUTS" in note for note in model["notes"])
+    # a Model's parameters are reused call after call: timed from the cache when they fit
+    assert any("Model parameters" in note and "PERSISTENT_INPUTS" in note for note in model["notes"])
     # decode attention: the KV cache persists (the note names it); prefill attention's K and V
     # are the current tokens' activations, so it gets no note
     decode = tmp_path / "decode.py"

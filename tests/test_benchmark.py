@@ -529,7 +529,7 @@ class _RecordingScrubber:
         self.events.append("scrub")
 
 
-def test_persistent_inputs_are_evicted_between_their_copy_and_the_activations(tmp_path):
+def test_persistent_inputs_are_evicted_between_their_copy_and_the_activations(tmp_path, monkeypatch):
     """A weight copied just before the call sits dirty in the L3, where oneDNN beat our
     bf16 tiles by 7 % at M = 128 on a Zen 4 and failed --assert-dispatch; read from memory,
     as a model reads it, ours was faster. So a fresh call's PERSISTENT_INPUTS are copied
@@ -560,6 +560,17 @@ def test_persistent_inputs_are_evicted_between_their_copy_and_the_activations(tm
     for seed, (x, w) in zip([3, 4], seen):
         drawn = worker.baseline.draw_inputs(seed)
         assert torch.equal(x, drawn[0]) and torch.equal(w, drawn[1])
+    # an activation the relocator leaves in place (here: not contiguous) is read back into
+    # the cache after the scrub, so the activations are cached whatever their layout
+    from kernel_harness.bench import eviction
+
+    read_back: list[torch.Tensor] = []
+    monkeypatch.setattr(eviction, "_read_into_cache", read_back.append)
+    strided_x = torch.randn(8, 4).T
+    placed = eviction.place_from_memory([strided_x, torch.randn(5, 8)], (1,),
+                                        lambda position, value: worker.relocator.relocate(value, position),
+                                        _RecordingScrubber([]))
+    assert placed[0] is strided_x and len(read_back) == 1 and read_back[0] is strided_x
     for regime in ({"steady": True, "warmup": 1}, {"cold": True}):
         events.clear()
         worker.time({"source": ["correctness", 0], "seeds": [5, 6, 7], "keep": False, **regime})

@@ -108,6 +108,11 @@ def analyze_op(name: str, *, shapes: list[tuple[int, ...]] | None, dtype: str | 
                      "freshly copied, still in the last-level cache, where a model reads it from memory, and "
                      f"that regime changed which GEMM won on a Zen 4 EPYC; add PERSISTENT_INPUTS = {example}, "
                      "the positions in get_inputs() (examples/README.md)")
+    if trace is not None and kind == "gemm" and trace.model_weights:
+        notes.append(f"{baseline} keeps its weights as Model parameters, reused by every timed call: a weight "
+                     "that fits the last-level cache is then timed from the cache, where a model with many "
+                     "layers reads it from memory. To time it as a model does, pass the weight as an input of "
+                     "get_inputs() and name its position in PERSISTENT_INPUTS (examples/README.md)")
     effective_dtype = dtype or (trace.dtype if trace else None) or "fp32"
     if effective_dtype not in DTYPE_BYTES:
         effective_dtype = "fp32"

@@ -95,7 +95,15 @@ def place_from_memory(inputs: Sequence[Any], persistent: tuple[int, ...], move: 
     for i, value in enumerate(out):
         if i not in persistent:
             out[i] = move(i, value)
+            for before, after in zip(tree.tensors(value), tree.tensors(out[i])):
+                if after is before:  # one the move leaves in place (non-contiguous, ...): read it back in
+                    _read_into_cache(after)
     return out
+
+
+def _read_into_cache(t: torch.Tensor) -> None:
+    if t.layout == torch.strided and not t.is_quantized and t.numel():
+        t.detach().sum()
 
 
 def rotated_sets(inputs: Sequence[Any], persistent: tuple[int, ...], llc_bytes: int | None = None,
