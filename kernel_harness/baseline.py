@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from .bench import tree
 from .errors import UsageError
 
 _counter = itertools.count()
@@ -253,7 +254,6 @@ def check_persistent_positions(baseline: Baseline, inputs: list[Any]) -> None:
         raise UsageError(f"PERSISTENT_INPUTS in {baseline.path} names position(s) {outside}, but get_inputs() "
                          f"returns {len(inputs)} inputs (positions 0-{len(inputs) - 1}, counted from 0). "
                          "Name the positions of the weights or caches in that list.")
-    if not any(isinstance(inputs[p], torch.Tensor) or (isinstance(inputs[p], (list, tuple)) and any(
-            isinstance(t, torch.Tensor) for t in inputs[p])) for p in named):
+    if not any(tree.tensors(inputs[p]) for p in named):
         raise UsageError(f"PERSISTENT_INPUTS in {baseline.path} names {list(named)}, but get_inputs() holds no "
                          "tensor there; name the positions of the weight or cache tensors.")

@@ -20,7 +20,6 @@ import random
 import sys
 from typing import Any
 
-from ..baseline import load_baseline
 from ..cpu import cpu_model, supported_tiers
 from ..errors import HarnessError
 from . import stats
@@ -63,8 +62,8 @@ def time_baseline(baseline_path: str, *, threads: int, rounds: int = DEFAULT_ROU
     # every later --baseline-us run divides by must not come from a busy machine unnoticed
     watch = Watch(threads=threads, load_before=load_before)
     with WorkerProcess("baseline", timeout=timeout, env=env) as worker:
-        worker.request("load", "loading the baseline", role="baseline", baseline_path=str(baseline_path),
-                       kernel_spec="", op_path="", threads=threads)
+        loaded = worker.request("load", "loading the baseline", role="baseline", baseline_path=str(baseline_path),
+                                kernel_spec="", op_path="", threads=threads)
         warm = worker.request("time", "the baseline's warm-up calls", source=("inputs", 0), seeds=seeds(5),
                               keep=False, warmup=2, cold=False)["times_ns"]
         calls = _calls_per_round(stats.Measurement("warm", [warm]).median_us * 1e3)
@@ -87,7 +86,7 @@ def time_baseline(baseline_path: str, *, threads: int, rounds: int = DEFAULT_ROU
             "supported_tiers": supported_tiers(),
             "tier_ran": None,
             # the worker's regime, as benchmark_cpu.py records it (eviction.py)
-            "inputs_from_memory": list(load_baseline(baseline_path).persistent_inputs),
+            "inputs_from_memory": loaded["persistent_inputs"],
             "threads": threads,
             "pinned": pin.pinned,
             "pinned_detail": pin.detail,

@@ -22,15 +22,17 @@ from .options import Failure, InputSet
 from .session import Session
 
 
-def check_reproducible(baseline: Baseline, seed: int) -> None:
+def check_reproducible(baseline: Baseline, seed: int) -> list[Any]:
     """Timed calls draw inputs from seeds in the worker and the parent redraws them to
-    verify: that only works when get_inputs() draws from the seeded generators."""
+    verify: that only works when get_inputs() draws from the seeded generators. Returns
+    the draw, for checks of its own on the inputs."""
     a, b = baseline.draw_inputs(seed), baseline.draw_inputs(seed)
     if not tree.bitwise_equal(a, b) or len(a) != len(b):
         raise UsageError(
             f"get_inputs() in {baseline.path} returned different values for the same seed. "
             "Draw random values with torch (torch.randn, torch.rand, ...) or the seeded random/"
             "numpy generators, so that the benchmark can draw fresh, reproducible input sets.")
+    return a
 
 
 class Checker:

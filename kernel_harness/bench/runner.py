@@ -122,8 +122,7 @@ class Benchmark:
         r.conditions = static_conditions(r)
 
         s.baseline = load_baseline(o.baseline_path)
-        check_reproducible(s.baseline, s.seed())
-        check_persistent_positions(s.baseline, s.baseline.draw_inputs(0))
+        check_persistent_positions(s.baseline, check_reproducible(s.baseline, s.seed()))
         # --cold draws a round's sets first: each is evicted by the later ones, activations too
         r.inputs_from_memory = None if o.cold else inputs_from_memory(s.baseline.persistent_inputs)
         # a condition too: two runs compare only when their weights came from the same place

@@ -210,10 +210,9 @@ def _time_rounds(s: Session, x: InputSet, tiers: list[str], rounds: int, n: int,
 
 def _regime(s: Session, steady: bool) -> str:
     """How the set's inputs reached each call (the module docstring)."""
-    assert s.baseline is not None
     if steady:
         return "steady"
-    return "fresh, persistent from memory" if s.baseline.persistent_inputs and not s.o.cold else "fresh"
+    return "fresh, persistent from memory" if s.result.inputs_from_memory else "fresh"
 
 
 def _judge(s: Session, x: InputSet, pick: str | None, meas: dict[str, stats.Measurement],

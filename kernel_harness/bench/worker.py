@@ -65,7 +65,8 @@ class Worker:
         self.kept: list[Any] = []
         self.pool = CopyPool()
         self.relocator = layout.Relocator()  # every call's inputs: a new address each
-        self.scrubber: eviction.CacheScrubber | None = None  # made on first use (3 x the LLC)
+        # made at load when the baseline names PERSISTENT_INPUTS (3 x the LLC per L3)
+        self.scrubber: eviction.CacheScrubber | None = None
         self.checks = 0
 
     # ------------------------------------------------------------------ setup
@@ -77,7 +78,8 @@ class Worker:
             # made now, not in the first timed round, whose draw time sizes the rounds
             self.scrubber = eviction.CacheScrubber()
         info: dict[str, Any] = {"threads": torch.get_num_threads(), "tiers": None,
-                                "has_dispatch_tier": False, "version": None}
+                                "has_dispatch_tier": False, "version": None,
+                                "persistent_inputs": list(self.baseline.persistent_inputs)}
         if msg["role"] == "kernel":
             self.module = load_kernel_module(msg["kernel_spec"])
             op_path = msg["op_path"]
@@ -223,8 +225,7 @@ class Worker:
         assert self.baseline is not None
         if not (from_memory and self.baseline.persistent_inputs):
             return self.relocator.relocate(inputs, seed)
-        if self.scrubber is None:
-            self.scrubber = eviction.CacheScrubber()
+        assert self.scrubber is not None, "load() makes the scrubber of a baseline with PERSISTENT_INPUTS"
         return eviction.place_from_memory(
             inputs, self.baseline.persistent_inputs,
             lambda position, value: self.relocator.relocate(value, seed + 7919 * position), self.scrubber)
