@@ -78,6 +78,55 @@ def test_bad_rounds_are_refused():
         sf.time_case(case, [clock.call("floor", 1)], rounds=0, calls_per_round=1, clock=clock)
 
 
+def _time_with_probe(kernel_ns: int, floor_ns: int, small_ns: int, large_ns: int, rounds: int = 12):
+    """A 1 MiB case whose probe reads 64 KiB and 256 KiB in the cache."""
+    clock = FakeClock()
+    probe = sf.InCacheProbe(clock.call("small", small_ns), 1 << 16, clock.call("large", large_ns), 1 << 18)
+    case = sf.FloorCase("k", 1 << 20, [clock.call("kernel", kernel_ns)] * 2, in_cache=probe)
+    result = sf.time_case(case, [clock.call("floor", floor_ns)] * 2, rounds=rounds, calls_per_round=2, clock=clock)
+    return result, clock
+
+
+def test_the_in_cache_rate_is_the_probes_difference_and_bounds_the_ratio():
+    """The probe's per-call costs cancel: 192 KiB more took 150 ns more, 1310.72 GB/s, whatever
+    both calls spend on their own; against a floor streaming 1 MiB in 1000 ns that rate allows a
+    ratio of 0.8, with the harness's +-5 % at least around it."""
+    result, clock = _time_with_probe(1300, 1000, small_ns=100, large_ns=250)
+    assert result.in_cache_gbs == pytest.approx((3 << 16) / 150)
+    assert result.best_ratio == pytest.approx(result.floor_gbs / result.in_cache_gbs)
+    assert result.best_ratio == pytest.approx(0.8)
+    assert result.best_ci_low == pytest.approx(0.8 / 1.05) and result.best_ci_high == pytest.approx(0.8 * 1.05)
+    assert clock.log[:4] == ["kernel", "floor", "small", "large"]  # one warm-up call each
+    # the probe's calls take part in the rounds' alternation: every round holds all four sides
+    assert {"small", "large"} <= set(clock.log[4:12]) and clock.log[4] == "kernel" and clock.log[12] == "large"
+    data = result.as_json()
+    assert {"in_cache_gbs", "best_ratio", "best_ci_low", "best_ci_high"} <= set(data)
+
+
+@pytest.mark.parametrize("large_ns, cause", [
+    (250, "memory access"),  # in the cache it would reach 0.8x the floor: the misses are its memory reads
+    (400, "in-cache rate"),  # 1.6x: not even its in-cache rate meets 1.2 against this floor
+    (325, "undecided"),  # 1.2 (1.14-1.26): the interval holds the target
+])
+def test_a_missed_target_names_its_cause(large_ns: int, cause: str):
+    result, _ = _time_with_probe(1300, 1000, small_ns=100, large_ns=large_ns)
+    assert result.verdict(1.2) == "not met"
+    assert result.cause(1.2) == cause
+    assert result.cause(1.5) is None  # met: nothing to explain
+
+
+def test_no_in_cache_rate_from_a_probe_whose_larger_call_was_not_slower():
+    result, _ = _time_with_probe(1300, 1000, small_ns=200, large_ns=200)
+    assert result.in_cache_gbs is None and result.best_ratio is None and result.cause(1.2) is None
+    plain, _ = _time(1300, 1000)
+    assert plain.in_cache_gbs is None and plain.cause(1.2) is None
+
+
+def test_an_in_cache_probe_needs_a_larger_second_size():
+    with pytest.raises(ValueError, match="small_bytes < large_bytes"):
+        sf.InCacheProbe(lambda: None, 1 << 18, lambda: None, 1 << 16)
+
+
 def test_copies_reach_three_last_level_caches():
     llc = 32 << 20
     assert sf.copies_for(16 << 20, llc) == 6
@@ -154,3 +203,6 @@ def test_script_times_a_built_package_against_its_floor(gemm_kernel_dir: Path, t
     assert row["ratio"] > 0 and row["ci_low"] <= row["ratio"] <= row["ci_high"]
     assert row["verdict"] in ("met", "not met", "undecided") and row["target"] == 1.3
     assert row["floor_source"] == sf.SAME_BUFFERS
+    # the in-cache probe ran beside it: a rate (or none, if noise made the larger probe no slower)
+    assert "in_cache_gbs" in row and row["cause"] in (None, "in-cache rate", "memory access", "undecided")
+    assert row["in_cache_gbs"] is None or (row["in_cache_gbs"] > 0 and row["best_ratio"] > 0)

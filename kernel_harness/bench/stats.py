@@ -160,6 +160,32 @@ def speedup(baseline: Measurement, kernel: Measurement, *, confidence: float = 0
     return Speedup(value, low, high, confidence, paired)
 
 
+def joint_interval(measurements: list[Measurement], statistic, *, confidence: float = 0.95,
+                   resamples: int = 2000, seed: int = 0) -> tuple[float | None, float | None]:
+    """A bootstrap interval for ``statistic(medians)``, where ``medians[i]`` is measurement
+    i's median over the drawn rounds: the measurements' rounds were taken side by side
+    (round r of each in the same stretch of time), so rounds are drawn jointly, in
+    moving blocks as :func:`speedup` draws them. (None, None) below 3 rounds, or when
+    the statistic is undefined (NaN or infinite) in more than a tenth of the resamples."""
+    count = min((len(m.rounds) for m in measurements), default=0)
+    if count < 3 or any(not r for m in measurements for r in m.rounds[:count]):
+        return None, None
+    rng = numpy.random.default_rng(seed)
+    picks = _block_picks(count, resamples, rng)
+    per_side = []
+    for m in measurements:
+        calls = min(len(r) for r in m.rounds[:count])
+        rounds = numpy.array([r[:calls] for r in m.rounds[:count]], dtype=numpy.float64) / 1e3
+        per_side.append(numpy.median(rounds[picks].reshape(resamples, -1), axis=1))
+    boot = numpy.array([statistic([side[i] for side in per_side]) for i in range(resamples)], dtype=numpy.float64)
+    finite = boot[numpy.isfinite(boot)]
+    if finite.size < 0.9 * resamples:
+        return None, None
+    tail = (1.0 - confidence) / 2
+    low, high = numpy.quantile(finite, [tail, 1 - tail])
+    return float(low), float(high)
+
+
 def _groups(measurement: Measurement) -> list[int]:
     if len(measurement.groups) == len(measurement.rounds):
         return measurement.groups

@@ -33,7 +33,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from . import stats
@@ -49,14 +49,45 @@ OWN_BUFFERS = "buffers of its own"
 
 
 @dataclass(frozen=True)
+class InCacheProbe:
+    """The case's call on two sets of inputs that both fit in the last-level cache,
+    ``small_bytes`` and ``large_bytes`` of them, each reused call after call.
+
+    Their difference in time over their difference in bytes is the kernel's rate
+    with memory out of the way and its per-call costs (thread wake-up, allocation)
+    cancelled: about the fastest it can stream however fast the memory is (the
+    inputs sit in the last-level cache, which other tenants of the host share, so
+    the probe's own noise goes into its interval). Beside the floor's rate it says
+    why a ratio misses its target. A kernel whose in-cache rate is below floor
+    rate / target cannot meet it in this memory phase without a faster loop (less
+    arithmetic per byte, or cache-friendlier reads); one whose in-cache rate is
+    well above it loses the time to how its memory reads overlap its work. (The
+    bandwidth of these VMs moves 2x from minute to minute, so which one applies
+    changes with it.)
+    """
+
+    small: Callable[[], object]
+    small_bytes: int
+    large: Callable[[], object]
+    large_bytes: int
+
+    def __post_init__(self) -> None:
+        if not 0 < self.small_bytes < self.large_bytes:
+            raise ValueError(f"an in-cache probe needs 0 < small_bytes < large_bytes; got {self.small_bytes} "
+                             f"and {self.large_bytes}")
+
+
+@dataclass(frozen=True)
 class FloorCase:
     """One op call that must stream ``nbytes`` from memory; ``calls[i]`` runs it on copy i of its
-    inputs, and ``reads[i]`` (optional) holds the tensors that copy streams, for the floor to read."""
+    inputs, and ``reads[i]`` (optional) holds the tensors that copy streams, for the floor to read.
+    ``in_cache`` (optional) times the same call on cached inputs (InCacheProbe)."""
 
     name: str
     nbytes: int
     calls: Sequence[Callable[[], object]]
     reads: Sequence[Sequence[Any]] = ()
+    in_cache: InCacheProbe | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +105,14 @@ class FloorResult:
     calls_per_round: int
     # SAME_BUFFERS (the case's reads) or OWN_BUFFERS (read_calls)
     floor_source: str = OWN_BUFFERS
+    # with an InCacheProbe: the kernel's in-cache rate (bytes of the case per second, /1e9), and
+    # the ratio the kernel would reach streaming at that rate while the floor streams at its own
+    # (floor GB/s / in-cache GB/s), with its interval; None without a probe, or when the
+    # larger probe did not take longer than the smaller one
+    in_cache_gbs: float | None = None
+    best_ratio: float | None = None
+    best_ci_low: float | None = None
+    best_ci_high: float | None = None
 
     @property
     def floor_gbs(self) -> float:
@@ -92,6 +131,21 @@ class FloorResult:
             return "met"
         if self.ci_low > target:
             return "not met"
+        return "undecided"
+
+    def cause(self, target: float) -> str | None:
+        """Why a ratio that is "not met" misses: "in-cache rate" when even the kernel's rate
+        with its data in the cache, against this floor, is beyond the target (the whole interval
+        of best_ratio above it: the loop itself is too slow, by its arithmetic or by its reads
+        from the cache), "memory access" when that rate would meet it (the whole interval below:
+        the reads from memory do not overlap the work), else "undecided"; None when the target
+        is not (yet) missed or there is no probe."""
+        if self.verdict(target) != "not met" or self.best_ci_low is None or self.best_ci_high is None:
+            return None
+        if self.best_ci_low > target:
+            return "in-cache rate"
+        if self.best_ci_high <= target:
+            return "memory access"
         return "undecided"
 
     def as_json(self) -> dict[str, Any]:
@@ -161,16 +215,44 @@ def time_case(case: FloorCase, floor_calls: Sequence[Callable[[], object]], *, r
     if rounds < 1 or calls_per_round < 1:
         raise ValueError(f"rounds ({rounds}) and calls_per_round ({calls_per_round}) must be at least 1")
     kernel, floor = stats.Measurement("kernel"), stats.Measurement("floor")
+    small, large = stats.Measurement("in cache, small"), stats.Measurement("in cache, large")
+    probe = case.in_cache
     case.calls[0]()
     floor_calls[0]()
+    if probe:
+        probe.small()
+        probe.large()
     for r in range(rounds):
         start = r * calls_per_round
         sides = [(kernel, case.calls), (floor, floor_calls)]
+        if probe:
+            sides += [(small, [probe.small]), (large, [probe.large])]
         for measurement, calls in sides if r % 2 == 0 else reversed(sides):
             measurement.add_round(_round(calls, start, calls_per_round, clock))
     ratio = stats.speedup(kernel, floor, seed=seed)  # "baseline" kernel over "kernel" floor: kernel / floor
-    return FloorResult(case.name, case.nbytes, kernel.median_us, floor.median_us, ratio.value, ratio.ci_low,
-                       ratio.ci_high, rounds, calls_per_round, floor_source)
+    result = FloorResult(case.name, case.nbytes, kernel.median_us, floor.median_us, ratio.value, ratio.ci_low,
+                         ratio.ci_high, rounds, calls_per_round, floor_source)
+    return _with_in_cache_rate(result, probe, floor, small, large, seed) if probe else result
+
+
+def _with_in_cache_rate(result: FloorResult, probe: InCacheProbe, floor: stats.Measurement,
+                        small: stats.Measurement, large: stats.Measurement, seed: int) -> FloorResult:
+    """The result with the probe's in-cache rate and the best ratio it allows (FloorResult)."""
+    extra = probe.large_bytes - probe.small_bytes
+
+    def best(medians: list[float]) -> float:  # floor, small, large medians in us
+        delta = medians[2] - medians[1]
+        return result.nbytes * delta / (medians[0] * extra) if delta > 0 else math.nan
+
+    value = best([floor.median_us, small.median_us, large.median_us])
+    if not math.isfinite(value):
+        return result
+    low, high = stats.joint_interval([floor, small, large], best, seed=seed)
+    if low is not None and high is not None:  # no narrower than the harness's run-to-run spread, as speedup()
+        spread = 1 + stats.REPRODUCIBILITY_FLOOR
+        low, high = min(low, value / spread), max(high, value * spread)
+    in_cache_gbs = extra / ((large.median_us - small.median_us) * 1e3)
+    return replace(result, in_cache_gbs=in_cache_gbs, best_ratio=value, best_ci_low=low, best_ci_high=high)
 
 
 @dataclass(frozen=True)
