@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy
@@ -160,8 +161,9 @@ def speedup(baseline: Measurement, kernel: Measurement, *, confidence: float = 0
     return Speedup(value, low, high, confidence, paired)
 
 
-def joint_interval(measurements: list[Measurement], statistic, *, confidence: float = 0.95,
-                   resamples: int = 2000, seed: int = 0) -> tuple[float | None, float | None]:
+def joint_interval(measurements: list[Measurement], statistic: Callable[[list[float]], float], *,
+                   confidence: float = 0.95, resamples: int = 2000,
+                   seed: int = 0) -> tuple[float | None, float | None]:
     """A bootstrap interval for ``statistic(medians)``, where ``medians[i]`` is measurement
     i's median over the drawn rounds: the measurements' rounds were taken side by side
     (round r of each in the same stretch of time), so rounds are drawn jointly, in
