@@ -125,9 +125,10 @@ def test_cached_baseline_is_reused_and_said(tmp_path):
     spot = report["baseline_spot_us"]
     assert spot > 0 and report["timing"]["baseline_spot"]["rounds"] >= 1
     assert report["baseline_drift"] == pytest.approx(spot / 250 - 1, rel=1e-2, abs=1e-3)
-    # the spot ratio is the spot rounds over the kernel rounds timed beside them (not
-    # over all kernel rounds), so it is close to, not equal to, spot / kernel_us
-    assert report["speedup_spot"] == pytest.approx(spot / report["kernel_us"], rel=0.3)
+    # the spot ratio is the spot rounds over the kernel rounds timed beside them, not over
+    # all kernel rounds (on a busy machine the two kernel medians differed by 35 %)
+    assert report["kernel_spot_us"] > 0
+    assert report["speedup_spot"] == pytest.approx(spot / report["kernel_spot_us"], rel=1e-3)
     # the spot ratio carries its own (wide) interval from three spot rounds on, so the
     # trial tree can decide by it; fewer pairs give no interval rather than a false one
     assert report["timing"]["baseline_spot"]["rounds"] == 4  # spread over the 8 rounds

@@ -97,7 +97,9 @@ class BenchResult:
     # With a cached baseline: the baseline timed now in a few spot rounds, so a
     # change of the machine's speed since the value was cached shows (drift).
     baseline_spot: stats.Measurement | None = None
-    # the spot rounds over the kernel's rounds beside them, with its paired interval
+    # the kernel's rounds timed beside the spot rounds, and the spot rounds over them with
+    # its paired interval
+    kernel_spot: stats.Measurement | None = None
     speedup_spot: stats.Speedup | None = None
     speedup: stats.Speedup | None = None
     threads: int = 0

@@ -102,6 +102,8 @@ def to_json(result: BenchResult, *, crash: dict[str, Any] | None = None,
         "speedup_paired": _num(s.paired, 4) if s and s.paired is not None else None,
         "baseline_cached": result.baseline_cached,
         "baseline_spot_us": _num(result.baseline_spot.median_us) if result.baseline_spot else None,
+        # the kernel's median over the rounds timed beside the spot rounds: speedup_spot's denominator
+        "kernel_spot_us": _num(result.kernel_spot.median_us) if result.kernel_spot else None,
         "baseline_drift": _num(baseline_drift(result), 4),
         "speedup_spot": _num(spot_speedup(result), 4),
         "speedup_spot_ci": _ci(result.speedup_spot),

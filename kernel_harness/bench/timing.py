@@ -220,7 +220,7 @@ def run_timing(session: Session, checker: Checker) -> None:
         r.baseline_us = float(o.baseline_us)  # type: ignore[arg-type]
         r.speedup = stats.Speedup(r.baseline_us / r.kernel_us, None, None, 0.95)
         if base.count:
-            r.baseline_spot = base
+            r.baseline_spot, r.kernel_spot = base, kernel_at_spots
             # a handful of rounds: a wide interval, honestly so (decisions need it)
             r.speedup_spot = stats.speedup(base, kernel_at_spots, seed=s.rng.randrange(2**31))
             note_drift(r)
