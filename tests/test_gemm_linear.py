@@ -387,6 +387,28 @@ def test_linear_prefetch_knobs_at_0_take_their_prefetches_out(tmp_path: Path, de
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("tier", ["avx2", "avx512"])
+def test_fp32_next_block_prefetch_knob_is_in_the_code_and_changes_no_bit(tmp_path: Path, default_unit, tier: str):
+    """LINEAR_PREFETCH_BLOCKS_FP32: the dot path's prefetch of the next block of fp32 weight rows
+    into the L2 (on since 2026-12-05: 0.80-0.95x the time on a Zen 4 at M = 1-8) is in the unit's
+    machine code as prefetcht1, and at 0 it is gone without a bit of a plain fp32 result changing
+    (M = 1 to 7, N and K with tails)."""
+    from kernel_harness.build.machine_code import prefetch_counts
+
+    off = _linear_unit(tmp_path, tier, {"LINEAR_PREFETCH_BLOCKS_FP32": "0"})
+    on = default_unit(tier)
+    counts = {what: prefetch_counts(Path(lib._name), "prefetcht1") for what, lib in (("on", on), ("off", off))}
+    if None in counts.values():
+        pytest.skip("objdump (binutils) cannot read the units here")
+    assert counts["on"][tier] > counts["off"][tier], f"{tier}: prefetcht1 counts {counts}"
+    for m in (1, 2, 4, 7):
+        x, w, b = _case(m, 70, 1030, torch.float32, seed=m)
+        got = _run_packed(on, x, w, b, packed=False)
+        assert torch.equal(got, _run_packed(off, x, w, b, packed=False)), f"{tier} M={m}"
+        assert_within_fp32_sum_bound(x, w, b, got, f"{tier} M={m}")
+
+
+@pytest.mark.slow
 def test_stream_prefetch_level_knob_picks_the_hint_and_changes_no_bit(tmp_path: Path, default_unit):
     """LINEAR_STREAM_PREFETCH_LEVEL 2 (the default) prefetches the packed panels and the wide
     paths' chunks into the L2 (prefetcht1), 1 into the L1 (prefetcht0): the hint moves in the
