@@ -156,19 +156,26 @@ def speedup(baseline: Measurement, kernel: Measurement, *, confidence: float = 0
             / numpy.median(kern[picks].reshape(resamples, -1), axis=1))
     tail = (1.0 - confidence) / 2
     low, high = numpy.quantile(boot, [tail, 1 - tail])
-    low = min(float(low), value / (1 + floor))
-    high = max(float(high), value * (1 + floor))
+    low, high = widened(value, float(low), float(high), floor)
     return Speedup(value, low, high, confidence, paired)
 
 
+def widened(value: float, low: float, high: float, floor: float = REPRODUCIBILITY_FLOOR) -> tuple[float, float]:
+    """The interval (low, high) around ``value`` reaching at least ``floor`` (relative) to each
+    side: no difference smaller than the harness's run-to-run spread is claimed."""
+    return min(low, value / (1 + floor)), max(high, value * (1 + floor))
+
+
 def joint_interval(measurements: list[Measurement], statistic: Callable[[list[float]], float], *,
-                   confidence: float = 0.95, resamples: int = 2000,
-                   seed: int = 0) -> tuple[float | None, float | None]:
+                   confidence: float = 0.95, resamples: int = 2000, seed: int = 0,
+                   floor: float = REPRODUCIBILITY_FLOOR) -> tuple[float | None, float | None]:
     """A bootstrap interval for ``statistic(medians)``, where ``medians[i]`` is measurement
     i's median over the drawn rounds: the measurements' rounds were taken side by side
     (round r of each in the same stretch of time), so rounds are drawn jointly, in
-    moving blocks as :func:`speedup` draws them. (None, None) below 3 rounds, or when
-    the statistic is undefined (NaN or infinite) in more than a tenth of the resamples."""
+    moving blocks as :func:`speedup` draws them, and the interval is widened to ``floor``
+    around the statistic of all rounds as speedup's is. (None, None) below 3 rounds, or
+    when the statistic is undefined (NaN or infinite) on all rounds or in more than a
+    tenth of the resamples."""
     count = min((len(m.rounds) for m in measurements), default=0)
     if count < 3 or any(not r for m in measurements for r in m.rounds[:count]):
         return None, None
@@ -183,9 +190,12 @@ def joint_interval(measurements: list[Measurement], statistic: Callable[[list[fl
     finite = boot[numpy.isfinite(boot)]
     if finite.size < 0.9 * resamples:
         return None, None
+    value = statistic([m.median_us for m in measurements])
+    if not math.isfinite(value):
+        return None, None
     tail = (1.0 - confidence) / 2
     low, high = numpy.quantile(finite, [tail, 1 - tail])
-    return float(low), float(high)
+    return widened(value, float(low), float(high), floor)
 
 
 def _groups(measurement: Measurement) -> list[int]:

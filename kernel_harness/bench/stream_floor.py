@@ -248,9 +248,6 @@ def _with_in_cache_rate(result: FloorResult, probe: InCacheProbe, floor: stats.M
     if not math.isfinite(value):
         return result
     low, high = stats.joint_interval([floor, small, large], best, seed=seed)
-    if low is not None and high is not None:  # no narrower than the harness's run-to-run spread, as speedup()
-        spread = 1 + stats.REPRODUCIBILITY_FLOOR
-        low, high = min(low, value / spread), max(high, value * spread)
     in_cache_gbs = extra / ((large.median_us - small.median_us) * 1e3)
     return replace(result, in_cache_gbs=in_cache_gbs, best_ratio=value, best_ci_low=low, best_ci_high=high)
 
