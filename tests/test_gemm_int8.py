@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -279,6 +280,29 @@ def test_avx512_unit_runs_without_avx512_bf16(int8_kernel_dir: Path, tmp_path: P
     assert run.stdout.startswith("0 of ")
 
 
+def test_avx512_sums_without_vnni_are_the_same_bits(int8_kernel_dir: Path):
+    """Where the CPU has AVX512-VNNI the avx512 unit sums with VPDPWSSD (kVnni); KERNEL_CPU_MASK=
+    avx512vnni runs VPMADDWD + VPADDD, as Skylake-SP does (read once per process, so in a child).
+    The machine code holds both, and the masked run passes the same exact-result tests."""
+    if not has_isa("avx512"):
+        pytest.skip("this CPU cannot run the avx512 tier")
+    if "avx512_vnni" not in cpu_flags():
+        pytest.skip("this CPU lacks AVX512-VNNI, so the other tests already run the VPMADDWD + VPADDD sums")
+    if shutil.which("objdump") is None:
+        pytest.skip("objdump (binutils) is not installed")
+    library = next((int8_kernel_dir / "build").rglob("*.so"))
+    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
+                          check=True, timeout=300).stdout
+    assert "vpdpwssd" in code and "vpmaddwd" in code
+    env = {**os.environ, "KERNEL_CPU_MASK": "avx512vnni"}
+    env.pop("KERNEL_CPU_ISA", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                          "(test_every_tier_matches or test_bf16_decode_is or test_rows_the_digits) and avx512"],
+                         capture_output=True, text=True, env=env, timeout=1200, cwd=Path(__file__).parent)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "3 passed" in run.stdout.splitlines()[-1], run.stdout[-2000:]
+
+
 # ---------------------------------------------------------------- the decode form's order
 
 def _int8_unit(tmp_path: Path, tier: str, knobs: dict[str, str], edits: dict[str, str]):
@@ -324,8 +348,8 @@ def test_avx512_decode_reads_the_weight_rows_in_turn_within_the_knobs(tmp_path: 
     M = 1 in bf16 (two levels: 2 digit rows, 8.6 KiB) and stay exact where the tiles run: fp32
     M = 1 (3 digit rows), bf16 M = 2 (4), bf16 M = 1 at K = 4192 (16.4 KiB of digits), and
     everywhere with the knob at 0."""
-    mutation = {"a[i][u] = vimadd(viload(d + i * ldd + k + u * WI), wv, a[i][u]);":
-                "a[i][u] = vimadd(viload(d + (VR - 1 - i) * ldd + k + u * WI), wv, a[i][u]);"}
+    mutation = {"const VI dv = viload(d + i * ldd + k + u * WI);":
+                "const VI dv = viload(d + (VR - 1 - i) * ldd + k + u * WI);"}
     monkeypatch.setenv("KERNEL_CPU_FORCE", "rowstream")  # read at each unit's first call
     mutant = _int8_unit(tmp_path / "on", "avx512", {}, mutation)
     off = _int8_unit(tmp_path / "off", "avx512", {"LINEAR_INT8_SEQ_DIGIT_ROWS": "0"}, mutation)

@@ -84,6 +84,27 @@ def test_an_avx512_unit_verified_only_without_avx512_bf16_says_its_bf16_branches
     assert not bf16_instructions_here()
 
 
+def test_avx512_evidence_says_whether_the_vnni_branches_ran(kernel, monkeypatch):
+    """An executed avx512 entry records vnni_instructions (linear_int8's VPDPWSSD behind kVnni) as the
+    unit decides it: the CPU's flag, unless KERNEL_CPU_MASK lists avx512vnni; emulated runs never."""
+    from kernel_harness.portability.evidence import _entry
+
+    unit = declared_units(kernel)[2]
+    base = "avx2 fma f16c avx512f avx512bw avx512vl avx512dq"
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+    for flags, mask, emulated, expected in ((base + " avx512_vnni", None, False, True),
+                                            (base + " avx512_vnni", "avx512bf16,avx512vnni", False, False),
+                                            (base, None, False, False), (base + " avx512_vnni", None, True, False)):
+        monkeypatch.setenv("KERNEL_HARNESS_CPU_FLAGS", flags)
+        if mask:
+            monkeypatch.setenv("KERNEL_CPU_MASK", mask)
+        entry = _entry(unit, "avx512", executed=True, correct=True, reason=None, cpu="X", emulated=emulated)
+        assert entry["vnni_instructions"] is expected, (flags, mask, emulated)
+        monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+    assert "vnni_instructions" not in _entry(unit, "avx2", executed=True, correct=True, reason=None, cpu="X",
+                                             emulated=False)
+
+
 def test_editing_a_unit_after_its_evidence_makes_it_unverified_and_the_refusal_says_why(kernel):
     units = declared_units(kernel)
     evidence = [_ev(u) for u in units]

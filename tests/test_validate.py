@@ -212,6 +212,25 @@ def test_bf16_intrinsic_in_generated_avx512_unit_is_refused_even_when_guarded(tm
     assert "speculatively" in found[0].message and "bf16_dot_insn" in found[0].message
 
 
+def test_vnni_instructions_are_guarded_like_bf16_ones(tmp_path: Path) -> None:
+    """linear_int8's VPDPWSSD (vnni_dot_insn) runs behind `const bool dot = kVnni;` (Skylake-SP lacks
+    AVX512-VNNI): the template passes, a copy of something else or a VNNI intrinsic does not."""
+    root, unit = generated_avx512_unit(tmp_path, ops=("rms_norm", "linear_int8"))
+    text = (root / unit).read_text()
+    assert "#define kVnni (vnni_on())" in text and text.count("const bool dot = kVnni;") == 2
+    assert "dot ? vnni_dot_insn(" in text
+    assert not {f.code for f in validate_kernel(root).errors} & {"vnni-unguarded", "isa-not-enabled"}
+    (root / unit).write_text(text.replace("const bool dot = kVnni;", "const bool dot = true;"))
+    found = [f for f in validate_kernel(root).errors if f.code == "vnni-unguarded"]
+    assert len(found) == text.count("dot ? vnni_dot_insn(") >= 2
+    assert all("vnni_dot_insn" in f.message and "Skylake-SP" in f.message for f in found)
+    (root / unit).write_text(text)
+    edit(root, unit, "  __asm__ volatile(\"vpdpwssd %2, %1, %0\" : \"+v\"(acc) : \"v\"(a), \"v\"(b));\n  return acc;",
+         "  return _mm512_dpwssd_epi32(acc, a, b);")
+    found = [f for f in validate_kernel(root).errors if f.code in ("vnni-unguarded", "isa-not-enabled")]
+    assert [f.code for f in found] == ["vnni-unguarded"] and "speculatively" in found[0].message
+
+
 def test_generated_avx512_section_may_not_enable_more_than_the_tier_checks(tmp_path: Path) -> None:
     """-mavx512bf16 (or VBMI, or -march=native) lets the compiler put those instructions anywhere in a
     unit the dispatcher runs on Ice Lake; the generated flags themselves are clean."""
@@ -226,9 +245,9 @@ def test_generated_avx512_section_may_not_enable_more_than_the_tier_checks(tmp_p
 def test_intrinsic_beyond_the_tier_in_generated_avx512_unit_points_to_asm_not_a_flag(tmp_path: Path) -> None:
     root, unit = generated_avx512_unit(tmp_path)
     text = (root / unit).read_text()
-    (root / unit).write_text(text + "\nstatic __m512i vnni_probe(__m512i a) { return _mm512_dpbusd_epi32(a, a, a); }\n")
+    (root / unit).write_text(text + "\nstatic __m512i vbmi_probe(__m512i a) { return _mm512_permutexvar_epi8(a, a); }\n")
     found = [f for f in validate_kernel(root).errors if f.code == "isa-not-enabled"]
-    assert len(found) == 1 and "avx512vnni" in found[0].message
+    assert len(found) == 1 and "avx512vbmi" in found[0].message
     assert "may not be added" in found[0].message and "volatile asm" in found[0].message
 
 

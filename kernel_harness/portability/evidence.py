@@ -20,7 +20,8 @@ at hand (``source_hash_reason`` says why). ``cpu`` names the machine (the
 emulated model for QEMU runs). An executed ``avx512`` entry also says whether
 the unit's AVX512-BF16 branches ran (``bf16_instructions``): the generated unit
 runs on every AVX512 F/BW/VL/DQ CPU and takes its integer bf16 paths where the
-CPU lacks AVX512-BF16 or ``KERNEL_CPU_MASK`` lists ``avx512bf16``. A GEMM
+CPU lacks AVX512-BF16 or ``KERNEL_CPU_MASK`` lists ``avx512bf16``; likewise
+``vnni_instructions`` for its AVX512-VNNI branches (linear_int8's sums). A GEMM
 package's avx512 section also carries ``-mamx-*`` (its tier reads ``amx``): the
 dispatcher runs it as ``avx512``, so it counts as executed (``ran_as``) when
 avx512 ran on a CPU whose AMX the unit uses, and as not executed, naming the
@@ -59,6 +60,11 @@ def bf16_instructions_here() -> bool:
     return "avx512_bf16" in cpu_flags() and not _masked("avx512bf16")
 
 
+def vnni_instructions_here() -> bool:
+    """Whether a generated avx512 unit started from here takes its AVX512-VNNI branches (``kVnni``)."""
+    return "avx512_vnni" in cpu_flags() and not _masked("avx512vnni")
+
+
 def amx_instructions_here() -> bool:
     """Whether a GEMM unit started from here takes its AMX branches (cpu_features.hpp's
     ``amx_instructions``: the CPU's AMX flags, and ``KERNEL_CPU_MASK`` not listing ``amx``)."""
@@ -86,6 +92,7 @@ def _entry(unit: TierUnit | None, tier: str, *, executed: bool, correct: bool | 
              "cpu": cpu, "source_hash": unit.source_hash if unit else None, "emulated": emulated}
     if executed and dispatched_as(tier) == "avx512":
         entry["bf16_instructions"] = False if emulated else bf16_instructions_here()
+        entry["vnni_instructions"] = False if emulated else vnni_instructions_here()
     return entry
 
 

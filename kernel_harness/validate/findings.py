@@ -43,6 +43,7 @@ ERROR_CODES = {
     "mixed-isa": "one tier mixes ISA levels",
     "isa-beyond-tier": "a generated avx512 section's flags enable an ISA beyond AVX512 F/BW/VL/DQ (+AMX)",
     "bf16-unguarded": "an AVX512-BF16 instruction in a generated avx512 unit without the kBf16 test on its line",
+    "vnni-unguarded": "an AVX512-VNNI instruction in a generated avx512 unit without the kVnni test on its line",
     "unfinished-body": "a compute body still marked KERNEL_TODO(...)",
     "invalid-metadata": "a build variant's metadata.json that kernels-data cannot parse",
     "digest-mismatch": "a build variant's files differ from the digest in its metadata.json",

@@ -9,6 +9,7 @@ are warnings an agent should read, not obey blindly.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ..cpu import AVX512_TIER_FEATURES
 from .cxx_text import Source
@@ -61,8 +62,8 @@ def check_isa(report: Report, source: Source, section: str, flags: tuple[str, ..
     reported: set[str] = set()
     guarded_unit = is_bf16_guarded_unit(source)
     for word, offset, feature, flag in intrinsic_uses(compiled_code(source.code, flags)):
-        if feature in enabled or feature in reported or (guarded_unit and feature == "avx512bf16"):
-            continue  # (a generated avx512 unit's BF16 intrinsics: check_bf16_guard says what to do)
+        if feature in enabled or feature in reported or (guarded_unit and feature in _GUARDED_FEATURES):
+            continue  # (a generated avx512 unit's BF16/VNNI intrinsics: check_bf16_guard says what to do)
         reported.add(feature)
         fix = (f"Move this code to the {LEVEL_NAMES[LEVEL_OF_FEATURE.get(feature, 1)]} tier unit, or add {flag} "
                "to that section only if this unit is meant for that ISA.")
@@ -108,62 +109,99 @@ def check_mixing(report: Report, section: str, flags: tuple[str, ...], units: li
                 )
 
 
-#: The constant a generated avx512 unit tests before an AVX512-BF16 instruction,
-#: and the helpers that spell those instructions as volatile asm (avx512.cpp.in).
-BF16_GUARD = "kBf16"
+@dataclass(frozen=True)
+class InsnGuard:
+    """An instruction family a generated avx512 unit runs only behind a run-time test of the CPU.
+
+    The unit runs on every CPU with AVX512 F/BW/VL/DQ, so it is built without the
+    family's flag and spells those instructions as volatile-asm helpers
+    (``<prefix>_*_insn``) called on a line that tests ``guard`` (or a local copy of it,
+    ``const bool dot = kVnni;``, which hot loops read once)."""
+
+    guard: str  # the unit's test, e.g. kBf16
+    prefix: str  # the helpers' prefix: bf16 -> bf16_*_insn
+    feature: str  # the family's feature name in validate.isa
+    isa: str  # its name in messages
+    lacking: str  # CPUs of the tier without it
+    code: str  # the finding's code
+    helpers: str  # the unit's helpers, for the message
+    other_branch: str  # what the other branch of the test runs
+
+    @property
+    def call_re(self) -> re.Pattern[str]:
+        return re.compile(rf"\b({self.prefix}_\w+_insn)\s*\(")
+
+    @property
+    def definition_re(self) -> re.Pattern[str]:
+        return re.compile(rf"^\s*(?:static\s+)?(?:inline\s+)?(?!return\b|else\b)[\w:]+\s+{self.prefix}_\w+_insn\s*\(")
+
+    @property
+    def alias_re(self) -> re.Pattern[str]:
+        return re.compile(rf"\bconst\s+bool\s+(\w+)\s*=\s*\(?\s*{self.guard}\s*\)?\s*;")
+
+
+#: The families a generated avx512 unit guards (avx512.cpp.in).
+INSN_GUARDS = (
+    InsnGuard("kBf16", "bf16", "avx512bf16", "AVX512-BF16", "Skylake-SP to Ice Lake", "bf16-unguarded",
+              "bf16_cvt_insn, bf16_cvt2_insn, bf16_dot_insn", "the unit's integer path"),
+    InsnGuard("kVnni", "vnni", "avx512vnni", "AVX512-VNNI", "Skylake-SP", "vnni-unguarded",
+              "vnni_dot_insn", "vimadd (VPMADDWD + VPADDD)"),
+)
+_GUARDED_FEATURES = frozenset(g.feature for g in INSN_GUARDS)
 _BF16_GUARD_DEF_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+kBf16\b", re.MULTILINE)
-_BF16_INSN_CALL_RE = re.compile(r"\b(bf16_\w+_insn)\s*\(")
-_BF16_INSN_DEF_RE = re.compile(r"^\s*(?:static\s+)?(?:inline\s+)?(?!return\b|else\b)[\w:]+\s+bf16_\w+_insn\s*\(")
-# A local copy of the test (`const bool insn = kBf16;`): hot loops read kBf16 once (it was a
-# function-local static whose guard made GCC spill their registers; now one load per read).
-_BF16_GUARD_ALIAS_RE = re.compile(r"\bconst\s+bool\s+(\w+)\s*=\s*\(?\s*kBf16\s*\)?\s*;")
 
 
 def is_bf16_guarded_unit(source: Source) -> bool:
     """A generated avx512 unit (it defines the kBf16 test): it runs on AVX512 CPUs without
-    AVX512-BF16 and guards its BF16 instructions with kBf16."""
+    AVX512-BF16 or AVX512-VNNI and guards those instructions (INSN_GUARDS)."""
     return _BF16_GUARD_DEF_RE.search(source.code) is not None
 
 
 def check_bf16_guard(report: Report, source: Source) -> None:
-    """In a generated avx512 unit an AVX512-BF16 instruction runs only behind ``kBf16``.
+    """In a generated avx512 unit an AVX512-BF16 or AVX512-VNNI instruction runs only behind
+    its test (``kBf16``, ``kVnni``).
 
-    The dispatcher runs that unit on every CPU with AVX512 F/BW/VL/DQ, and
-    Skylake-SP to Ice Lake lack AVX512-BF16. The unit is built without
-    ``-mavx512bf16`` and spells those instructions as volatile asm helpers
-    (``bf16_*_insn``): an intrinsic behind ``if (kBf16)`` is not safe, the
-    compiler may execute it speculatively (GCC 12 did: SIGILL on an Ice Lake).
-    So a BF16 intrinsic is an error here, and so is a helper call whose line
-    does not test ``kBf16`` (the check reads lines: ``kBf16 ? ... : ...`` or
-    ``if (kBf16) return ...;``), or a local copy of it declared as
-    ``const bool insn = kBf16;`` (``insn ? ... : ...``). Units that do not define ``kBf16`` (not built
-    from our templates) are left to the ordinary ISA check.
+    The dispatcher runs that unit on every CPU with AVX512 F/BW/VL/DQ; Skylake-SP
+    lacks both families and Ice Lake lacks AVX512-BF16. The unit is built without
+    their flags and spells the instructions as volatile asm helpers
+    (``bf16_*_insn``, ``vnni_*_insn``): an intrinsic behind ``if (kBf16)`` is not
+    safe, the compiler may execute it speculatively (GCC 12 did: SIGILL on an Ice
+    Lake). So such an intrinsic is an error here, and so is a helper call whose
+    line does not test the family's guard (the check reads lines: ``kBf16 ? ... :
+    ...`` or ``if (kBf16) return ...;``), or a local copy of it declared as
+    ``const bool insn = kBf16;`` (``insn ? ... : ...``). Units that do not define
+    ``kBf16`` (not built from our templates) are left to the ordinary ISA check.
     """
     if not is_bf16_guarded_unit(source):
         return
-    why = ("this avx512 unit also runs on CPUs without AVX512-BF16 (Skylake-SP to Ice Lake: SIGILL there)")
+    for guard in INSN_GUARDS:
+        _check_guard(report, source, guard)
+
+
+def _check_guard(report: Report, source: Source, g: InsnGuard) -> None:
+    why = f"this avx512 unit also runs on CPUs without {g.isa} ({g.lacking}: SIGILL there)"
     for word, offset, feature, _flag in intrinsic_uses(source.code):
-        if feature == "avx512bf16":
+        if feature == g.feature:
             report.error(
-                "bf16-unguarded", source.rel, source.line_of(offset),
-                f"{word} is an AVX512-BF16 intrinsic, and {why}; an intrinsic is unsafe even behind "
-                f"`if ({BF16_GUARD})` because the compiler may run it speculatively, so the unit is built "
-                "without -mavx512bf16. Call the unit's volatile-asm helpers instead (bf16_cvt_insn, "
-                f"bf16_cvt2_insn, bf16_dot_insn) with {BF16_GUARD} tested on the same line, or its "
-                "store/to_bf16_2/vsq2_acc helpers, which already do.",
+                g.code, source.rel, source.line_of(offset),
+                f"{word} is an {g.isa} intrinsic, and {why}; an intrinsic is unsafe even behind "
+                f"`if ({g.guard})` because the compiler may run it speculatively, so the unit is built "
+                f"without -m{g.feature}. Call the unit's volatile-asm helpers instead ({g.helpers}) with "
+                f"{g.guard} tested on the same line"
+                + (", or its store/to_bf16_2/vsq2_acc helpers, which already do." if g.prefix == "bf16" else "."),
             )
     lines = source.code.splitlines()
-    guards = re.compile(r"\b(?:" + "|".join([BF16_GUARD, *_BF16_GUARD_ALIAS_RE.findall(source.code)]) + r")\b")
-    for match in _BF16_INSN_CALL_RE.finditer(source.code):
+    guards = re.compile(r"\b(?:" + "|".join([g.guard, *g.alias_re.findall(source.code)]) + r")\b")
+    for match in g.call_re.finditer(source.code):
         number = source.line_of(match.start())
         line = lines[number - 1]
-        if guards.search(line) or _BF16_INSN_DEF_RE.match(line):
+        if guards.search(line) or g.definition_re.match(line):
             continue
         report.error(
-            "bf16-unguarded", source.rel, number,
-            f"{match.group(1)}(...) runs an AVX512-BF16 instruction, and {why}. Test {BF16_GUARD} on the "
-            f"same line and give the other branch the unit's integer path, e.g. "
-            f"`{BF16_GUARD} ? {match.group(1)}(...) : ...`.",
+            g.code, source.rel, number,
+            f"{match.group(1)}(...) runs an {g.isa} instruction, and {why}. Test {g.guard} on the "
+            f"same line and give the other branch {g.other_branch}, e.g. "
+            f"`{g.guard} ? {match.group(1)}(...) : ...`.",
         )
 
 
