@@ -245,9 +245,11 @@ def simd_strategy(kind: str, category: str, dtype: str, machine: MachineProfile,
                 "int8 weights: widen them in registers (never write W * scale to memory) and apply the "
                 "per-channel scale once per finished sum; at small M the int8 weight stream (1 byte per "
                 "weight) is the floor",
-                "bf16 outputs under the half-ulp rule: sum x * q in double (exact products) and round once; "
-                "fp32 sums flip ~1e-4 of the outputs. The catalogue op linear_int8 does all this "
-                "(new_kernel.py --op linear_int8)",
+                "bf16 outputs under the half-ulp rule: sum x * q exactly (in double, or as the catalogue op "
+                "linear_int8 does: x as 15-bit integer digits times the int8 weights in int32 lanes) and round "
+                "once; fp32 sums flip ~1e-4 of the outputs. linear_int8 does all this (new_kernel.py --op "
+                "linear_int8), with VPDPWSSD for VPMADDWD + VPADDD where the CPU has AVX512-VNNI (volatile asm "
+                "behind kVnni: the avx512 tier also runs on Skylake-SP, which lacks it)",
             ]
         if any(q in lowered for q in ("int4", "w4", "q4", "awq", "gptq")):
             refs.append("int4-dequant-gemm")
