@@ -105,6 +105,21 @@ def test_avx512_evidence_says_whether_the_vnni_branches_ran(kernel, monkeypatch)
                                              emulated=False)
 
 
+def test_an_int8_unit_verified_only_without_vnni_says_its_vnni_branches_never_ran(tmp_path):
+    """A unit with linear_int8 takes VPDPWSSD only behind kVnni: evidence from runs without AVX512-VNNI
+    (Skylake-SP, or KERNEL_CPU_MASK=avx512vnni) verifies it with a note, until a run with it; a unit
+    without such branches never gets the note."""
+    directory = tmp_path / "tint8"
+    write_project(plan_project(ScaffoldOptions(ops=("linear_int8",), name="tint8", directory=directory)), force=False)
+    unit = next(u for u in declared_units(directory) if u.tier in ("avx512", "amx"))
+    without = {**_ev(unit, cpu="Skylake-SP"), "bf16_instructions": False, "vnni_instructions": False}
+    status = next(s for s in tier_statuses(directory, [without], here="HERE") if s.unit == unit)
+    assert status.verified and "AVX512-VNNI branches (kVnni" in status.note
+    with_vnni = {**_ev(unit, cpu="Zen 4"), "bf16_instructions": True, "vnni_instructions": True}
+    status = next(s for s in tier_statuses(directory, [without, with_vnni], here="HERE") if s.unit == unit)
+    assert "VNNI" not in status.note
+
+
 def test_editing_a_unit_after_its_evidence_makes_it_unverified_and_the_refusal_says_why(kernel):
     units = declared_units(kernel)
     evidence = [_ev(u) for u in units]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .evidence import host_cpu, ran_bf16_instructions
+from .evidence import dispatched_as, host_cpu, ran_bf16_instructions
 from .units import TierUnit, declared_units
 
 VERIFIED_HERE = "verified here"
@@ -102,15 +102,29 @@ def tier_statuses(kernel_dir: Path, evidence: list[dict[str, Any]], *, here: str
             machines = sorted({str(e.get("cpu")) for e in current})
         else:
             status = NEVER
-        note = ""
+        notes = []
         if unit.tier == "avx512" and passed and not any(ran_bf16_instructions(e) for e in passed):
-            note = ("its AVX512-BF16 branches (kBf16) have not run: no machine above has AVX512-BF16 "
-                    "(Cooper Lake, Sapphire Rapids, Zen 4 do); its integer bf16 paths did")
+            notes.append("its AVX512-BF16 branches (kBf16) have not run: no machine above has AVX512-BF16 "
+                         "(Cooper Lake, Sapphire Rapids, Zen 4 do); its integer bf16 paths did")
+        if (dispatched_as(unit.tier) == "avx512" and passed and _calls_vnni(kernel_dir, unit)
+                and not any(e.get("vnni_instructions") for e in passed)):
+            notes.append("its AVX512-VNNI branches (kVnni: linear_int8's VPDPWSSD) have not run: no run above "
+                         "had AVX512-VNNI (Cascade Lake, Ice Lake, Zen 4 on) unmasked; its VPMADDWD sums did")
+        note = "; ".join(notes)
         if status == NEVER and mine:
             note = (f"it ran {len(mine)} time(s), but on an older unit (hash "
                     f"{str(mine[-1].get('source_hash'))[:12]}, now {unit.source_hash[:12]})")
         statuses.append(TierStatus(unit=unit, status=status, machines=machines, note=note))
     return statuses
+
+
+def _calls_vnni(kernel_dir: Path, unit: TierUnit) -> bool:
+    """Whether the unit's sources take AVX512-VNNI branches (a guarded vnni_*_insn call)."""
+    for rel in unit.files:
+        path = kernel_dir / rel
+        if path.is_file() and "? vnni_dot_insn(" in path.read_text(errors="replace"):
+            return True
+    return False
 
 
 def tier_table_markdown(statuses: list[TierStatus]) -> str:
