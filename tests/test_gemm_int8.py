@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -280,10 +279,13 @@ def test_avx512_unit_runs_without_avx512_bf16(int8_kernel_dir: Path, tmp_path: P
     assert run.stdout.startswith("0 of ")
 
 
-def test_avx512_sums_without_vnni_are_the_same_bits(int8_kernel_dir: Path):
+def test_avx512_sums_without_vnni_are_exact_and_the_mask_selects_them(int8_kernel_dir: Path, tmp_path: Path,
+                                                                      monkeypatch):
     """Where the CPU has AVX512-VNNI the avx512 unit sums with VPDPWSSD (kVnni); KERNEL_CPU_MASK=
-    avx512vnni runs VPMADDWD + VPADDD, as Skylake-SP does (read once per process, so in a child).
-    The machine code holds both, and the masked run passes the same exact-result tests."""
+    avx512vnni runs VPMADDWD + VPADDD, as Skylake-SP does. A unit whose VPDPWSSD helper is made
+    wrong must go wrong unmasked (the branch is taken) and be exact masked (the other branch is
+    exact and the mask reaches it), in the decode tiles and the int16 panels, with tails. The
+    package's own build holds both instructions."""
     if not has_isa("avx512"):
         pytest.skip("this CPU cannot run the avx512 tier")
     if "avx512_vnni" not in cpu_flags():
@@ -294,13 +296,23 @@ def test_avx512_sums_without_vnni_are_the_same_bits(int8_kernel_dir: Path):
     code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
                           check=True, timeout=300).stdout
     assert "vpdpwssd" in code and "vpmaddwd" in code
-    env = {**os.environ, "KERNEL_CPU_MASK": "avx512vnni"}
-    env.pop("KERNEL_CPU_ISA", None)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
-                          "(test_every_tier_matches or test_bf16_decode_is or test_rows_the_digits) and avx512"],
-                         capture_output=True, text=True, env=env, timeout=1200, cwd=Path(__file__).parent)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "3 passed" in run.stdout.splitlines()[-1], run.stdout[-2000:]
+    asm = '  __asm__ volatile("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));\n'
+    wrong = _int8_unit(tmp_path / "wrong", "avx512", {}, {asm: asm + "  acc = _mm512_add_epi32(acc, _mm512_set1_epi32(1));\n"})
+    gen = torch.Generator().manual_seed(11)
+    cases = []
+    for m, dtype in ((1, torch.bfloat16), (3, torch.float32), (20, torch.bfloat16)):
+        x = torch.randn(m, 2048 + 96, generator=gen).to(dtype)
+        q = torch.randint(-127, 128, (9, 2048 + 96), dtype=torch.int8, generator=gen)
+        s = 0.01 * torch.rand(9, generator=gen) + 0.001
+        cases.append((f"M={m} {dtype}", x, q, s, (x.double() @ (q.double() * s.double()[:, None]).T).to(dtype)))
+    monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
+    unmasked = fresh_copy(wrong, "unmasked")
+    for where, x, q, s, ref in cases:
+        assert not torch.equal(_run_unit(unmasked, x, q, s), ref), f"{where}: the VPDPWSSD branch did not run"
+    monkeypatch.setenv("KERNEL_CPU_MASK", "avx512vnni")
+    masked = fresh_copy(wrong, "masked")
+    for where, x, q, s, ref in cases:
+        assert torch.equal(_run_unit(masked, x, q, s), ref), f"{where}: KERNEL_CPU_MASK=avx512vnni"
 
 
 # ---------------------------------------------------------------- the decode form's order

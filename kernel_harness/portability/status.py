@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..validate.source_checks import INSN_GUARDS
 from .evidence import dispatched_as, host_cpu, ran_bf16_instructions
 from .units import TierUnit, declared_units
 
@@ -119,10 +120,15 @@ def tier_statuses(kernel_dir: Path, evidence: list[dict[str, Any]], *, here: str
 
 
 def _calls_vnni(kernel_dir: Path, unit: TierUnit) -> bool:
-    """Whether the unit's sources take AVX512-VNNI branches (a guarded vnni_*_insn call)."""
+    """Whether the unit's sources take AVX512-VNNI branches: a call of a vnni_*_insn helper
+    other than its definition (the validator's reading, INSN_GUARDS)."""
+    vnni = next(g for g in INSN_GUARDS if g.feature == "avx512vnni")
     for rel in unit.files:
         path = kernel_dir / rel
-        if path.is_file() and "? vnni_dot_insn(" in path.read_text(errors="replace"):
+        if not path.is_file():
+            continue
+        lines = path.read_text(errors="replace").splitlines()
+        if any(vnni.call_re.search(line) and not vnni.definition_re.match(line) for line in lines):
             return True
     return False
 
