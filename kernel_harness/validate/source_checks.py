@@ -63,7 +63,7 @@ def check_isa(report: Report, source: Source, section: str, flags: tuple[str, ..
     guarded_unit = is_bf16_guarded_unit(source)
     for word, offset, feature, flag in intrinsic_uses(compiled_code(source.code, flags)):
         if feature in enabled or feature in reported or (guarded_unit and feature in _GUARDED_FEATURES):
-            continue  # (a generated avx512 unit's BF16/VNNI intrinsics: check_bf16_guard says what to do)
+            continue  # (a generated avx512 unit's BF16/VNNI intrinsics: check_insn_guards says what to do)
         reported.add(feature)
         fix = (f"Move this code to the {LEVEL_NAMES[LEVEL_OF_FEATURE.get(feature, 1)]} tier unit, or add {flag} "
                "to that section only if this unit is meant for that ISA.")
@@ -157,7 +157,7 @@ def is_bf16_guarded_unit(source: Source) -> bool:
     return _BF16_GUARD_DEF_RE.search(source.code) is not None
 
 
-def check_bf16_guard(report: Report, source: Source) -> None:
+def check_insn_guards(report: Report, source: Source) -> None:
     """In a generated avx512 unit an AVX512-BF16 or AVX512-VNNI instruction runs only behind
     its test (``kBf16``, ``kVnni``).
 

@@ -19,7 +19,7 @@ from .plan_view import compiled_sources, section_flags
 from .source_checks import (
     check_aligned_access,
     check_avx512_tier_flags,
-    check_bf16_guard,
+    check_insn_guards,
     check_isa,
     check_mixing,
     check_tail,
@@ -153,7 +153,7 @@ def _check_structure(report: Report, root: Path, toml: BuildToml) -> None:
         units = [Source.read(p, root) for p in compiled_sources(root, kernel)]
         for unit in units:
             check_isa(report, unit, kernel.table, flags)
-            check_bf16_guard(report, unit)
+            check_insn_guards(report, unit)
             if simd:
                 check_torch_in_tier(report, unit, kernel.table)
                 check_aligned_access(report, unit)
