@@ -97,10 +97,51 @@ def test_the_in_cache_rate_is_the_probes_difference_and_bounds_the_ratio():
     assert result.best_ratio == pytest.approx(0.8)
     assert result.best_ci_low == pytest.approx(0.8 / 1.05) and result.best_ci_high == pytest.approx(0.8 * 1.05)
     assert clock.log[:4] == ["kernel", "floor", "small", "large"]  # one warm-up call each
-    # the probe's calls take part in the rounds' alternation: every round holds all four sides
-    assert {"small", "large"} <= set(clock.log[4:12]) and clock.log[4] == "kernel" and clock.log[12] == "large"
+    # the probe's calls take part in the rounds' alternation: every round holds all four sides,
+    # each probe side two untimed calls and two timed ones
+    rewarm = sf.IN_CACHE_REWARM_CALLS
+    per_round = 2 + 2 + 2 * (rewarm + 2)
+    first, second = clock.log[4:4 + per_round], clock.log[4 + per_round:4 + 2 * per_round]
+    assert first == ["kernel"] * 2 + ["floor"] * 2 + ["small"] * (rewarm + 2) + ["large"] * (rewarm + 2)
+    assert second == ["large"] * (rewarm + 2) + ["small"] * (rewarm + 2) + ["floor"] * 2 + ["kernel"] * 2
     data = result.as_json()
     assert {"in_cache_gbs", "best_ratio", "best_ci_low", "best_ci_high"} <= set(data)
+
+
+class EvictingClock(FakeClock):
+    """The kernel and floor stream past the cache: after either, the probe's next two calls
+    find their inputs gone and take ``cold`` times as long (the first) and 1.2x (the second)."""
+
+    def __init__(self, cold: float) -> None:
+        super().__init__()
+        self.cold, self.since_stream = cold, 0
+
+    def streaming(self, name: str, cost: int):
+        def run() -> None:
+            self.now += cost
+            self.log.append(name)
+            self.since_stream = 0
+        return run
+
+    def cached(self, name: str, cost: int):
+        def run() -> None:
+            factor = (self.cold, 1.2)[self.since_stream] if self.since_stream < 2 else 1.0
+            self.now += round(cost * factor)
+            self.log.append(name)
+            self.since_stream += 1
+        return run
+
+
+def test_the_in_cache_rate_is_timed_after_the_streaming_sides_flushed_the_probe():
+    """Every round the kernel and floor evict the probe's inputs; the rate must still be that of
+    cached calls (192 KiB in 150 ns), not a mix with the reads that bring them back."""
+    clock = EvictingClock(cold=4.0)
+    probe = sf.InCacheProbe(clock.cached("small", 100), 1 << 16, clock.cached("large", 250), 1 << 18)
+    case = sf.FloorCase("k", 1 << 20, [clock.streaming("kernel", 1300)] * 2, in_cache=probe)
+    result = sf.time_case(case, [clock.streaming("floor", 1000)] * 2, rounds=12, calls_per_round=2, clock=clock)
+    assert sf.IN_CACHE_REWARM_CALLS >= 2
+    assert result.in_cache_gbs == pytest.approx((3 << 16) / 150)
+    assert result.cause(1.2) == "memory access"
 
 
 @pytest.mark.parametrize("large_ns, cause", [

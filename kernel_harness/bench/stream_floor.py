@@ -43,6 +43,14 @@ from .conditions import cpu_times, load_average
 #: with three caches' worth, no call finds its data still cached from the last
 #: time its copy was used.
 ROTATION_LLC_MULTIPLE = 3
+#: Untimed calls of each in-cache probe side at the start of every round: the
+#: kernel's and the floor's rounds stream three last-level caches through it, so
+#: the probe's inputs must be read back first. Zen 4 EPYC, 2026-12-05, bf16 M = 4
+#: linear, 2 MiB against 8 MiB: the first call after the streaming sides took
+#: 2.5-4.5x a cached one and the second ~1.2x; with four timed calls a round and
+#: none untimed the probe read 45-53 GB/s where the same calls alone read 89 (M = 1:
+#: 53 against 125), and the verdict blamed the loop. With two untimed: 85.
+IN_CACHE_REWARM_CALLS = 2
 #: FloorResult.floor_source: the floor summed the case's own buffers, or fresh ones.
 SAME_BUFFERS = "the same buffers"
 OWN_BUFFERS = "buffers of its own"
@@ -197,7 +205,10 @@ def _floor_calls(case: FloorCase, llc_bytes: int) -> tuple[list[Callable[[], obj
 
 
 def _round(calls: Sequence[Callable[[], object]], start: int, count: int,
-           clock: Callable[[], int]) -> list[int]:
+           clock: Callable[[], int], rewarm: int = 0) -> list[int]:
+    """``count`` timed calls from ``calls[start]`` on (cycling), after ``rewarm`` untimed ones."""
+    for i in range(rewarm):
+        calls[(start + i) % len(calls)]()
     times = []
     for i in range(count):
         call = calls[(start + i) % len(calls)]
@@ -211,7 +222,8 @@ def time_case(case: FloorCase, floor_calls: Sequence[Callable[[], object]], *, r
               calls_per_round: int, seed: int = 0, clock: Callable[[], int] = time.perf_counter_ns,
               floor_source: str = OWN_BUFFERS) -> FloorResult:
     """Alternate rounds of the kernel's calls and the floor's (first kernel, then floor first,
-    and so on: a slow phase of the machine hits both), one warm-up call each first."""
+    and so on: a slow phase of the machine hits both), one warm-up call each first. An in-cache
+    probe's two sides join every round, each after IN_CACHE_REWARM_CALLS untimed calls."""
     if rounds < 1 or calls_per_round < 1:
         raise ValueError(f"rounds ({rounds}) and calls_per_round ({calls_per_round}) must be at least 1")
     kernel, floor = stats.Measurement("kernel"), stats.Measurement("floor")
@@ -224,11 +236,11 @@ def time_case(case: FloorCase, floor_calls: Sequence[Callable[[], object]], *, r
         probe.large()
     for r in range(rounds):
         start = r * calls_per_round
-        sides = [(kernel, case.calls), (floor, floor_calls)]
+        sides = [(kernel, case.calls, 0), (floor, floor_calls, 0)]
         if probe:
-            sides += [(small, [probe.small]), (large, [probe.large])]
-        for measurement, calls in sides if r % 2 == 0 else reversed(sides):
-            measurement.add_round(_round(calls, start, calls_per_round, clock))
+            sides += [(small, [probe.small], IN_CACHE_REWARM_CALLS), (large, [probe.large], IN_CACHE_REWARM_CALLS)]
+        for measurement, calls, rewarm in sides if r % 2 == 0 else reversed(sides):
+            measurement.add_round(_round(calls, start, calls_per_round, clock, rewarm))
     ratio = stats.speedup(kernel, floor, seed=seed)  # "baseline" kernel over "kernel" floor: kernel / floor
     result = FloorResult(case.name, case.nbytes, kernel.median_us, floor.median_us, ratio.value, ratio.ci_low,
                          ratio.ci_high, rounds, calls_per_round, floor_source)
