@@ -59,7 +59,8 @@ OWN_BUFFERS = "buffers of its own"
 @dataclass(frozen=True)
 class InCacheProbe:
     """The case's call on two sets of inputs that both fit in the last-level cache,
-    ``small_bytes`` and ``large_bytes`` of them, each reused call after call.
+    ``small_bytes`` and ``large_bytes`` of them, each reused call after call (and
+    read back by IN_CACHE_REWARM_CALLS untimed calls after the other sides' streams).
 
     Their difference in time over their difference in bytes is the kernel's rate
     with memory out of the way and its per-call costs (thread wake-up, allocation)
