@@ -358,14 +358,15 @@ def test_avx512_bf16_dot_path_streams_up_to_the_dp_rows_one_weight_row_at_a_time
 
 
 @pytest.mark.slow
-def test_avx512_dot_path_takes_wider_blocks_for_two_to_four_rows(tmp_path: Path, monkeypatch):
-    """The avx512 unit's dot path reads the weight in blocks of LINEAR_GEMV_ROWS_FEW (6) rows for
-    2 to 4 rows of x and of LINEAR_GEMV_ROWS (4) otherwise. Every output is the same k-order sum
-    either way, so the bits cannot tell: a unit whose blocks read their rows 4 and 5 from rows 0
-    and 1 must go wrong from M = 2 to 4, in exactly the outputs of those rows (full blocks and
-    the narrower last one, fp32 and bf16, K with a tail), and stay exact at M = 1 and 5. With the
-    knob at 4 the same edit changes nothing. KERNEL_CPU_MASK=rowstream keeps bf16 off the
-    one-row-at-a-time loop where the CPU would take it (Zen 5)."""
+def test_avx512_dot_path_takes_wider_blocks_where_they_need_no_more_passes(tmp_path: Path, monkeypatch):
+    """The avx512 unit's dot path reads the weight in blocks of LINEAR_GEMV_ROWS_FEW (6) rows
+    against passes of 4 rows of x where that takes no more passes than blocks of
+    LINEAR_GEMV_ROWS (4) against passes of 6: M = 2-4 and 7-8. Every output is the same k-order
+    sum either way, so the bits cannot tell: a unit whose blocks read their rows 4 and 5 from
+    rows 0 and 1 must go wrong at exactly those M, in exactly the outputs of those rows (full
+    blocks and the narrower last one, fp32 and bf16, K with a tail), and stay exact at M = 1, 5,
+    6 and 9. With the knob at 4 the same edit changes nothing. KERNEL_CPU_MASK=rowstream keeps
+    bf16 off the one-row-at-a-time loop where the CPU would take it (Zen 5)."""
     monkeypatch.setenv("KERNEL_CPU_MASK", "rowstream")  # read at the unit's first call
     edit = {"wr[r] = w + std::min<int64_t>(r, nb - 1) * k;": "wr[r] = w + std::min<int64_t>(r % 4, nb - 1) * k;"}
     mutant = _linear_unit(tmp_path / "six", "avx512", {}, edit)
@@ -373,13 +374,13 @@ def test_avx512_dot_path_takes_wider_blocks_for_two_to_four_rows(tmp_path: Path,
     n = 6 * 11 + 5  # a last block of five rows, whose row 4 the edit also moves
     moved = torch.tensor([j % 6 >= 4 for j in range(n)])
     for dtype in (torch.float32, torch.bfloat16):
-        for m in range(1, 6):
+        for m in range(1, 10):
             x, w, b = _case(m, n, 4096 + 13, dtype, seed=m)
             ref = _reference(x, w, b)
             got = _run_packed(mutant, x, w, b, packed=False)
             assert torch.equal(_run_packed(four, x, w, b, packed=False), ref), f"{dtype} M={m}: knob 4 not exact"
             assert torch.equal(got[:, ~moved], ref[:, ~moved]), f"{dtype} M={m}: rows 0-3 of a block went wrong"
-            if 2 <= m <= 4:
+            if m in (2, 3, 4, 7, 8):
                 assert not torch.equal(got[:, moved], ref[:, moved]), f"{dtype} M={m}: took blocks of four rows"
             else:
                 assert torch.equal(got, ref), f"{dtype} M={m}: took blocks of six rows"
