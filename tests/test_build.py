@@ -59,6 +59,18 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 @pytest.mark.slow
+def test_every_unit_starts_its_loops_on_64_byte_lines(built: tuple[Path, dict]) -> None:
+    """Every C++ compile of the build aligns its loops (-falign-loops=64, COMMON_FLAGS): otherwise an
+    edit elsewhere in a unit moves an unchanged hot loop across a line and its time by several
+    per cent, which a trial would credit to its change."""
+    root, _ = built
+    flags = [line for line in (root / "build" / ".objs" / "build.ninja").read_text().splitlines()
+             if line.strip().startswith("flags =") and "-std=c++20" in line.split()]  # not the C module stub
+    assert flags, "build.ninja holds no C++ compile flags"
+    assert all("-falign-loops=64" in line.split() for line in flags), flags
+
+
+@pytest.mark.slow
 def test_layout_metadata_and_ops_module(built: tuple[Path, dict]) -> None:
     root, report = built
     info = torch_info()
