@@ -63,7 +63,8 @@ def linear_cases(kernel, llc: int) -> list:
         # both layouts: prepack's panels are one sequential stream per thread at
         # every M; the plain weight is one stream at M = 4 only for bf16 on a CPU
         # with AVX512-BF16 that streams rows (Zen 5; elsewhere its blocks read four
-        # rows at once, six at M = 2-4 and 7-8 in the avx512 unit)
+        # rows at once: six at M = 2-4 and 7-8 in the avx512 unit, two at 16-bit M = 4
+        # in the avx2 unit)
         packed = [kernel.prepack(w) for w in weights]
         for m, layout, ws in ((1, "", weights), (1, " packed", packed), (4, "", weights), (4, " packed", packed)):
             x = torch.randn(m, K).to(dtype)

@@ -358,32 +358,38 @@ def test_avx512_bf16_dot_path_streams_up_to_the_dp_rows_one_weight_row_at_a_time
 
 
 @pytest.mark.slow
-def test_avx512_dot_path_takes_wider_blocks_where_they_need_no_more_passes(tmp_path: Path, monkeypatch):
-    """The avx512 unit's dot path reads the weight in blocks of LINEAR_GEMV_ROWS_FEW (6) rows
-    against passes of 4 rows of x where that takes no more passes than blocks of
-    LINEAR_GEMV_ROWS (4) against passes of 6: M = 2-4 and 7-8. Every output is the same k-order
-    sum either way, so the bits cannot tell: a unit whose blocks read their rows 4 and 5 from
-    rows 0 and 1 must go wrong at exactly those M, in exactly the outputs of those rows (full
-    blocks and the narrower last one, fp32 and bf16, K with a tail), and stay exact at M = 1, 5,
-    6 and 9. With the knob at 4 the same edit changes nothing. KERNEL_CPU_MASK=rowstream keeps
-    bf16 off the one-row-at-a-time loop where the CPU would take it (Zen 5)."""
+@pytest.mark.parametrize("tier, knob, rows, takes", [
+    ("avx512", "LINEAR_GEMV_ROWS_FEW", 6, {torch.float32: (2, 3, 4, 7, 8), torch.bfloat16: (2, 3, 4, 7, 8)}),
+    ("avx2", "LINEAR_GEMV_ROWS_FEW_AVX2", 2, {torch.float32: (), torch.bfloat16: (4,)})])
+def test_dot_path_takes_its_other_blocks_at_exactly_their_rows(tmp_path: Path, monkeypatch, tier: str, knob: str,
+                                                                rows: int, takes: dict[torch.dtype, tuple[int, ...]]):
+    """Besides blocks of LINEAR_GEMV_ROWS (4) weight rows against passes of 6 (avx512) or 3
+    (AVX2) rows of x, the dot path has blocks of ``rows`` against passes of 4: wider ones in the
+    avx512 unit where they need no more passes (M = 2-4, 7-8), narrower ones in the AVX2 unit
+    where they save a pass (M = 4, 16-bit weights only). Every output is the same k-order sum either way, so the bits
+    cannot tell: a unit whose other blocks read every row from the block's first must go wrong
+    at exactly those M, in exactly the other rows' outputs (full blocks and the narrower last one,
+    fp32 and bf16, K with a tail), and stay exact at every other M up to 9. With the knob at 4
+    the same edit changes nothing. KERNEL_CPU_MASK=rowstream keeps 16-bit weights off the
+    one-row-at-a-time loop where the CPU would take it (Zen 5)."""
     monkeypatch.setenv("KERNEL_CPU_MASK", "rowstream")  # read at the unit's first call
-    edit = {"wr[r] = w + std::min<int64_t>(r, nb - 1) * k;": "wr[r] = w + std::min<int64_t>(r % 4, nb - 1) * k;"}
-    mutant = _linear_unit(tmp_path / "six", "avx512", {}, edit)
-    four = _linear_unit(tmp_path / "four", "avx512", {"LINEAR_GEMV_ROWS_FEW": "4"}, edit)
-    n = 6 * 11 + 5  # a last block of five rows, whose row 4 the edit also moves
-    moved = torch.tensor([j % 6 >= 4 for j in range(n)])
+    edit = {"wr[r] = w + std::min<int64_t>(r, nb - 1) * k;":
+            "wr[r] = w + std::min<int64_t>(R == LINEAR_GEMV_ROWS ? r : 0, nb - 1) * k;"}
+    mutant = _linear_unit(tmp_path / "other", tier, {}, edit)
+    four = _linear_unit(tmp_path / "four", tier, {knob: "4"}, edit)
+    n = 6 * 11 + 5  # 71: a narrower last block of either width
+    moved = torch.tensor([j % rows != 0 for j in range(n)])
     for dtype in (torch.float32, torch.bfloat16):
         for m in range(1, 10):
             x, w, b = _case(m, n, 4096 + 13, dtype, seed=m)
             ref = _reference(x, w, b)
             got = _run_packed(mutant, x, w, b, packed=False)
             assert torch.equal(_run_packed(four, x, w, b, packed=False), ref), f"{dtype} M={m}: knob 4 not exact"
-            assert torch.equal(got[:, ~moved], ref[:, ~moved]), f"{dtype} M={m}: rows 0-3 of a block went wrong"
-            if m in (2, 3, 4, 7, 8):
-                assert not torch.equal(got[:, moved], ref[:, moved]), f"{dtype} M={m}: took blocks of four rows"
+            assert torch.equal(got[:, ~moved], ref[:, ~moved]), f"{dtype} M={m}: a block's first row went wrong"
+            if m in takes[dtype]:
+                assert not torch.equal(got[:, moved], ref[:, moved]), f"{dtype} M={m}: kept the blocks of four"
             else:
-                assert torch.equal(got, ref), f"{dtype} M={m}: took blocks of six rows"
+                assert torch.equal(got, ref), f"{dtype} M={m}: took blocks of {rows} rows"
 
 
 @pytest.mark.slow
