@@ -10,10 +10,11 @@ and the prepacked weight), linear_int8 M = 1 (1.3x the
 int8 weight) and decode attention bf16 B = 1 and 8 (H = 32, S = 2048, D = 128:
 1.3x the KV cache). The probe's read bandwidth drifts too far on a shared VM
 to divide by (kernel_harness/bench/stream_floor.py), so here each call is
-timed in the same interleaved rounds as a streaming read of the same bytes
-(a sum over the very buffers the call reads: where a buffer sits in memory
+timed in the same interleaved rounds as streaming reads of the same bytes
+(over the very buffers the call reads: where a buffer sits in memory
 changes its speed by up to 13 % on these VMs, see
-kernel_harness/bench/stream_floor.py), rotating through copies three
+kernel_harness/bench/stream_floor.py; torch's sum and a four-stream lockstep
+read, the faster of the two being the floor), rotating through copies three
 last-level caches deep, and the ratio comes with its bootstrap interval. A target counts
 as met or not met only when the whole interval lies on one side of it.
 The kernel directory must hold the ops it is asked for (the GEMM package
@@ -52,6 +53,12 @@ def _probe(call_on: Callable[[int], Callable[[], object]], llc: int, bytes_per_u
     large = max(4 * least, llc // IN_CACHE_FRACTION // bytes_per_unit // least * least)
     small = large // 4
     return InCacheProbe(call_on(small), small * bytes_per_unit, call_on(large), large * bytes_per_unit)
+
+
+def _reader_label(result) -> str:
+    """Which reader made the floor, with the other's rate when there were two."""
+    others = [f"{name} {gbs:.1f}" for name, gbs in result.reader_gbs.items() if name != result.floor_reader]
+    return result.floor_reader + (f"; {', '.join(others)}" if others else "")
 
 
 def linear_cases(kernel, llc: int) -> list:
@@ -189,14 +196,15 @@ def main() -> int:
         target = TARGETS[op]
         verdict, cause = result.verdict(target), result.cause(target)
         table.add_row(case.name, f"{case.nbytes / 1e6:.1f}", f"{result.kernel_us / 1e3:.3f}",
-                      f"{result.floor_us / 1e3:.3f} ({result.floor_gbs:.1f})",
+                      f"{result.floor_us / 1e3:.3f} ({result.floor_gbs:.1f}, {_reader_label(result)})",
                       _with_interval(result.ratio, result.ci_low, result.ci_high),
                       "-" if result.in_cache_gbs is None else f"{result.in_cache_gbs:.1f}",
                       _with_interval(result.best_ratio, result.best_ci_low, result.best_ci_high),
                       f"<= {target}", verdict if cause is None else f"{verdict} ({cause})")
         rows.append({**result.as_json(), "target": target, "verdict": verdict, "cause": cause})
-    table.caption = ("floor: a streaming sum over " + " / ".join(sorted({r.floor_source for r in run.results}))
-                     + ". In cache: the same call on inputs 1/4 and 1/16 of the last-level cache, reused; their "
+    table.caption = ("floor: the faster of " + " and ".join(c["floor_readers"]) + " (the cell names it), over "
+                     + " / ".join(sorted({r.floor_source for r in run.results}))
+                     + (f" ({c['floor_reader_note']})" if c["floor_reader_note"] else "") + ". In cache: the same call on inputs 1/4 and 1/16 of the last-level cache, reused; their "
                      "difference is the kernel's rate with memory out of the way. A miss whose in-cache rate "
                      "alone is beyond the target is (in-cache rate): the loop itself must get faster; one whose "
                      "in-cache rate would meet it is (memory access): its reads do not overlap its work")

@@ -35,7 +35,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -44,11 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import atomic_write_json, exclusive_lock
+from .native import PROBE_DIRECTORY, build_probe_library
+from .stream_reader import LOCKSTEP, TORCH_SUM, StreamReader, try_stream_reader
 
 # 2: the VDPBF16PS peak from 24 chains (12 under-read Zen 5 by 8 %): profiles of 1 are re-measured
-SCHEMA_VERSION = 2
+# 3: read bandwidth is the faster of torch's sum and the lockstep reader (stream_reader.py; the sum
+#    alone under-read a Zen 4 EPYC by 10-25 %): profiles of 2 are re-measured
+SCHEMA_VERSION = 3
 CACHE_ENV_VAR = "KERNEL_HARNESS_MACHINE_CACHE"
-PROBE_SOURCE = Path(__file__).resolve().parent / "probe" / "peak_probe.cpp"
+PROBE_SOURCE = PROBE_DIRECTORY / "peak_probe.cpp"
 
 #: ISA flags worth reporting (``/proc/cpuinfo`` spelling).
 INTERESTING_FLAGS: tuple[str, ...] = (
@@ -100,6 +103,9 @@ class Bandwidth:
     copy_prealloc_gbs_1t: float
     copy_fresh_gbs_1t: float
     buffer_bytes: int
+    # which reader gave read_gbs / read_gbs_1t: stream_reader.TORCH_SUM or stream_reader.LOCKSTEP
+    read_reader: str = TORCH_SUM
+    read_reader_1t: str = TORCH_SUM
 
 
 @dataclass(frozen=True)
@@ -347,33 +353,12 @@ def cache_dir() -> Path:
     return base / "kernel_harness" / "machine"
 
 
-def _build_probe(directory: Path) -> Path:
-    """Compile the probe once per (source, compiler) into the cache directory."""
-    compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
-    if compiler is None:
-        raise FileNotFoundError("no C++ compiler (g++) on PATH")
-    source = PROBE_SOURCE.read_bytes()
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    tag = hashlib.sha256(source + version.encode()).hexdigest()[:12]
-    library = directory / f"peak_probe-{tag}.so"
-    if library.exists():
-        return library
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = library.with_suffix(f".{os.getpid()}.tmp.so")
-    cmd = [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", str(PROBE_SOURCE), "-o", str(tmp)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        raise RuntimeError(f"compiling {PROBE_SOURCE.name} failed: {result.stderr.strip()[-800:]}")
-    os.replace(tmp, library)
-    return library
-
-
 def measure_peaks(
     facts: CpuFacts, directory: Path, *, target_seconds: float, repeats: int, notes: list[str]
 ) -> dict[str, Peak]:
     peaks: dict[str, Peak] = {name: Peak(None, None) for name in PEAK_KINDS}
     try:
-        library = ctypes.CDLL(str(_build_probe(directory)))
+        library = ctypes.CDLL(str(build_probe_library(PROBE_SOURCE, directory)))
     except (OSError, RuntimeError, FileNotFoundError, subprocess.SubprocessError) as exc:
         notes.append(f"peak throughput not measured: {exc}")
         return peaks
@@ -399,8 +384,10 @@ def measure_peaks(
     return peaks
 
 
-def measure_bandwidth(facts: CpuFacts, *, quick: bool) -> Bandwidth:
-    """Best-of-N torch timings of read, copy into a preallocated buffer and copy into a fresh one."""
+def measure_bandwidth(facts: CpuFacts, *, quick: bool, reader: StreamReader | None = None) -> Bandwidth:
+    """Best-of-N torch timings of read, copy into a preallocated buffer and copy into a fresh one.
+    The read is the faster of torch's sum and, given a ``reader``, the lockstep read (see
+    stream_reader.py: a floor must come from the fastest read we know)."""
     import torch  # imported here: reading the cached profile must not need torch
 
     llc = last_level_cache_bytes(facts.caches) or ASSUMED_LLC_BYTES
@@ -415,31 +402,43 @@ def measure_bandwidth(facts: CpuFacts, *, quick: bool) -> Bandwidth:
     dst = torch.empty_like(src)
     dst.fill_(0.0)  # fault the preallocated destination in now, not inside the timing
 
-    def best(fn: Any) -> float:
-        fn()  # warm-up
-        times = []
+    def best_of(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
+        """Each function's best time, the functions taking turns (a memory phase hits them all)."""
+        for fn in fns.values():
+            fn()  # warm-up
+        times: dict[str, list[float]] = {name: [] for name in fns}
         for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return min(times)
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        return {name: min(ts) for name, ts in times.items()}
+
+    def best(fn: Callable[[], object]) -> float:
+        return best_of({"": fn})[""]
 
     def fresh_copy() -> None:
         out = src.clone()  # new allocation: glibc mmaps it, every page faults on first write
         del out
 
+    readers: dict[str, Callable[[], object]] = {TORCH_SUM: src.sum}
+    if reader is not None:
+        readers[LOCKSTEP] = lambda: reader.read([src])
     results: dict[str, float] = {}
+    chosen: dict[str, str] = {}
     previous = torch.get_num_threads()
     try:
         for suffix, threads in (("", facts.logical_cpus), ("_1t", 1)):
             torch.set_num_threads(threads)
-            results[f"read_gbs{suffix}"] = nbytes / best(lambda: src.sum()) / 1e9
+            rates = {name: nbytes / seconds / 1e9 for name, seconds in best_of(readers).items()}
+            chosen[f"read_reader{suffix}"] = max(rates, key=lambda name: rates[name])
+            results[f"read_gbs{suffix}"] = rates[chosen[f"read_reader{suffix}"]]
             results[f"copy_prealloc_gbs{suffix}"] = 2 * nbytes / best(lambda: dst.copy_(src)) / 1e9
             results[f"copy_fresh_gbs{suffix}"] = 2 * nbytes / best(fresh_copy) / 1e9
     finally:
         torch.set_num_threads(previous)
     del src, dst
-    return Bandwidth(**{k: round(v, 2) for k, v in results.items()}, buffer_bytes=nbytes)
+    return Bandwidth(**{k: round(v, 2) for k, v in results.items()}, buffer_bytes=nbytes, **chosen)
 
 
 def measure_machine_profile(*, quick: bool = False, facts: CpuFacts | None = None) -> MachineProfile:
@@ -450,7 +449,10 @@ def measure_machine_profile(*, quick: bool = False, facts: CpuFacts | None = Non
     peaks = measure_peaks(
         facts, cache_dir(), target_seconds=0.02 if quick else 0.05, repeats=1 if quick else 5, notes=notes
     )
-    bandwidth = measure_bandwidth(facts, quick=quick)
+    reader, missing = try_stream_reader(cache_dir())
+    if missing:
+        notes.append(f"read bandwidth: {missing}")
+    bandwidth = measure_bandwidth(facts, quick=quick, reader=reader)
     if quick:
         notes.append("quick mode: short runs and 64 MiB buffers, numbers are rough")
     return MachineProfile(
@@ -549,11 +551,11 @@ def describe(profile: MachineProfile) -> list[str]:
         )
     bw = profile.bandwidth
     lines.append(
-        f"Memory bandwidth (all threads): read {bw.read_gbs:.1f} GB/s, copy into preallocated "
+        f"Memory bandwidth (all threads): read {bw.read_gbs:.1f} GB/s ({bw.read_reader}), copy into preallocated "
         f"{bw.copy_prealloc_gbs:.1f} GB/s, copy into fresh allocation {bw.copy_fresh_gbs:.1f} GB/s"
     )
     lines.append(
-        f"Memory bandwidth (1 thread): read {bw.read_gbs_1t:.1f} GB/s, copy into preallocated "
+        f"Memory bandwidth (1 thread): read {bw.read_gbs_1t:.1f} GB/s ({bw.read_reader_1t}), copy into preallocated "
         f"{bw.copy_prealloc_gbs_1t:.1f} GB/s, copy into fresh allocation {bw.copy_fresh_gbs_1t:.1f} GB/s"
     )
     lines.append(

@@ -174,6 +174,9 @@ def test_real_quick_probe_measures_within_budget(tmp_path: Path) -> None:
     assert profile.quick
     bw = profile.bandwidth
     assert bw.read_gbs > 0.1 and bw.copy_prealloc_gbs > 0.1 and bw.copy_fresh_gbs > 0.01
+    # the lockstep reader compiled and took its turns beside torch's sum
+    assert bw.read_reader in ("torch sum", "lockstep read")
+    assert not any(note.startswith("read bandwidth:") for note in profile.notes), profile.notes
     if cpu.has_isa("avx2"):
         assert (profile.peak_gflops("fp32_fma_avx2", threads="1") or 0) > 1.0
     else:
@@ -213,3 +216,28 @@ def test_last_level_cache_domains_counts_each_shared_l3_once(tmp_path: Path) -> 
     assert last_level_cache_domains({0, 1}, root=tmp_path) == 1
     assert last_level_cache_domains({0, 1, 2}, root=tmp_path) == 2
     assert last_level_cache_domains({7}, root=tmp_path) == 1
+
+
+class _TimedReader:
+    """A stand-in for the lockstep reader that takes ``seconds`` per read."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.reads = 0
+
+    def read(self, tensors) -> int:
+        self.reads += 1
+        time.sleep(self.seconds)
+        return 0
+
+
+@pytest.mark.parametrize("seconds, expected", [(0.0, "lockstep read"), (0.3, "torch sum")])
+def test_the_read_bandwidth_is_the_faster_reader(seconds: float, expected: str) -> None:
+    """Both readers take turns on the same buffer and the faster one's rate is reported, with its
+    name, for all threads and for one (a floor must come from the fastest read we know)."""
+    reader = _TimedReader(seconds)
+    bw = machine.measure_bandwidth(machine.read_cpu_facts(), quick=True, reader=reader)
+    assert bw.read_reader == bw.read_reader_1t == expected
+    assert reader.reads == 2 * 3  # one warm-up and two timed reads per thread count
+    without = machine.measure_bandwidth(machine.read_cpu_facts(), quick=True)
+    assert without.read_reader == without.read_reader_1t == "torch sum"

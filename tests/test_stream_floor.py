@@ -16,6 +16,7 @@ import pytest
 
 from kernel_harness.bench import stream_floor as sf
 from kernel_harness.paths import PROJECT_ROOT
+from kernel_harness.stream_reader import LOCKSTEP, TORCH_SUM
 
 SCRIPT = PROJECT_ROOT / "examples" / "stream_floors.py"
 
@@ -194,7 +195,7 @@ def test_the_floor_reads_the_cases_own_buffers_when_it_names_them():
     assert len(sf.same_bytes_calls(caches)[0]()) == 2  # K and V both read
     case = sf.FloorCase("k", 128, [lambda: None] * 3, [[w] for w in weights])
     floors, source = sf._floor_calls(case, 1 << 20)
-    assert source == sf.SAME_BUFFERS and len(floors) == 3
+    assert source == sf.SAME_BUFFERS and list(floors) == [TORCH_SUM] and len(floors[TORCH_SUM]) == 3
     with pytest.raises(ValueError, match="holds? 128 bytes, but the case says it streams 4096"):
         sf._floor_calls(sf.FloorCase("k", 4096, [lambda: None] * 3, [[w] for w in weights]), 1 << 20)
     with pytest.raises(ValueError, match="2 sets of reads for 3 calls"):
@@ -205,11 +206,54 @@ def test_the_floor_reads_the_cases_own_buffers_when_it_names_them():
     assert own == sf.OWN_BUFFERS
 
 
+def test_the_floor_is_the_faster_reader_timed_in_the_same_rounds():
+    """Two readers of the same bytes: both take part in every round's alternation, the faster one's
+    median is the floor whichever was listed first, and both rates go with the result."""
+    for slow_first in (True, False):
+        clock = FakeClock()
+        case = sf.FloorCase("k", 1 << 20, [clock.call("kernel", 1300)] * 2)
+        readers = {"sum": [clock.call("sum", 1250)] * 2, "lockstep": [clock.call("lockstep", 1000)] * 2}
+        if not slow_first:
+            readers = dict(reversed(list(readers.items())))
+        result = sf.time_case(case, readers, rounds=6, calls_per_round=2, clock=clock)
+        assert result.floor_reader == "lockstep" and result.floor_us == pytest.approx(1.0)
+        assert result.ratio == pytest.approx(1.3)
+        assert result.reader_gbs == {"sum": pytest.approx((1 << 20) / 1250, rel=1e-3),
+                                     "lockstep": pytest.approx((1 << 20) / 1000, rel=1e-3)}
+        timed = clock.log[3:]  # after one warm-up call of each side
+        assert timed.count("sum") == timed.count("lockstep") == timed.count("kernel") == 12
+        per_round = 6
+        assert timed[0] == "kernel" and timed[per_round + 4] == "kernel"  # first, then last in the next round
+    with pytest.raises(ValueError, match="at least one reader"):
+        sf.time_case(case, {}, rounds=3, calls_per_round=1, clock=clock)
+
+
+def test_with_a_reader_the_floor_reads_the_same_tensors_twice_over(tmp_path: Path):
+    """The lockstep reader's calls read exactly the case's buffers (its checksum is theirs)."""
+    import numpy as np
+    import torch
+
+    from kernel_harness.stream_reader import try_stream_reader
+
+    reader, missing = try_stream_reader(tmp_path)
+    if reader is None:
+        pytest.skip(missing)
+    weights = [torch.full((8, 16), i + 1, dtype=torch.int8) for i in range(3)]
+    case = sf.FloorCase("k", 128, [lambda: None] * 3, [[w] for w in weights])
+    floors, source = sf._floor_calls(case, 1 << 20, reader)
+    assert source == sf.SAME_BUFFERS and set(floors) == {TORCH_SUM, LOCKSTEP}
+    words = np.frombuffer(weights[2].numpy().tobytes(), dtype=np.uint64)
+    assert floors[LOCKSTEP][2]() == int(words.sum(dtype=np.uint64))
+    own, own_source = sf._floor_calls(sf.FloorCase("k", 128, [lambda: None] * 3), 1 << 20, reader)
+    assert own_source == sf.OWN_BUFFERS and len(own[LOCKSTEP]) == len(own[TORCH_SUM]) >= 2
+    assert own[LOCKSTEP][0]() == int(np.frombuffer(torch.ones(32).numpy().tobytes(), np.uint64).sum(dtype=np.uint64))
+
+
 def test_json_keeps_its_keys():
     result, _ = _time(1200, 1000)
     data = result.as_json()
     assert {"name", "nbytes", "kernel_us", "floor_us", "ratio", "ci_low", "ci_high", "rounds", "calls_per_round",
-            "floor_gbs", "kernel_gbs", "floor_source"} <= set(data)
+            "floor_gbs", "kernel_gbs", "floor_source", "floor_reader", "reader_gbs"} <= set(data)
     json.dumps(data)
 
 
@@ -244,6 +288,10 @@ def test_script_times_a_built_package_against_its_floor(gemm_kernel_dir: Path, t
     assert row["ratio"] > 0 and row["ci_low"] <= row["ratio"] <= row["ci_high"]
     assert row["verdict"] in ("met", "not met", "undecided") and row["target"] == 1.3
     assert row["floor_source"] == sf.SAME_BUFFERS
+    # the floor is the faster of the two readers, both timed (the reader compiles with g++)
+    assert data["conditions"]["floor_reader_note"] is None and len(data["conditions"]["floor_readers"]) == 2
+    assert set(row["reader_gbs"]) == {TORCH_SUM, LOCKSTEP} and row["floor_reader"] in row["reader_gbs"]
+    assert row["reader_gbs"][row["floor_reader"]] == max(row["reader_gbs"].values())
     # the in-cache probe ran beside it: a rate (or none, if noise made the larger probe no slower)
     assert "in_cache_gbs" in row and row["cause"] in (None, "in-cache rate", "memory access", "undecided")
     assert row["in_cache_gbs"] is None or (row["in_cache_gbs"] > 0 and row["best_ratio"] > 0)

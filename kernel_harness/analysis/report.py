@@ -33,6 +33,8 @@ def machine_summary(machine: MachineProfile) -> dict[str, Any]:
         "bandwidth_gbs": {"read": bw.read_gbs, "copy_prealloc": bw.copy_prealloc_gbs, "copy_fresh": bw.copy_fresh_gbs,
                           "read_1t": bw.read_gbs_1t, "copy_prealloc_1t": bw.copy_prealloc_gbs_1t,
                           "copy_fresh_1t": bw.copy_fresh_gbs_1t},
+        # which reader gave "read" and "read_1t" (the faster of torch's sum and the lockstep read)
+        "read_bandwidth_reader": {"all_threads": bw.read_reader, "single_thread": bw.read_reader_1t},
         "caches": {"l1d_bytes": machine.cache_bytes(1), "l2_bytes": machine.cache_bytes(2),
                    "l3_bytes": machine.cache_bytes(3)},
         "quick_probe": machine.quick,
