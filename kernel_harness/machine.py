@@ -48,7 +48,7 @@ from .stream_reader import LOCKSTEP, TORCH_SUM, StreamReader, try_stream_reader
 
 # 2: the VDPBF16PS peak from 24 chains (12 under-read Zen 5 by 8 %): profiles of 1 are re-measured
 # 3: read bandwidth is the faster of torch's sum and the lockstep reader (stream_reader.py; the sum
-#    alone under-read a Zen 4 EPYC by 10-25 %): profiles of 2 are re-measured
+#    alone under-read a Zen 4 EPYC by up to 29 %): profiles of 2 are re-measured
 SCHEMA_VERSION = 3
 CACHE_ENV_VAR = "KERNEL_HARNESS_MACHINE_CACHE"
 PROBE_SOURCE = PROBE_DIRECTORY / "peak_probe.cpp"

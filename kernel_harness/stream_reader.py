@@ -3,11 +3,12 @@
 A bandwidth floor ("the weight's bytes over the read bandwidth") must come from
 the fastest way of reading those bytes, or every ratio to it flatters the
 kernel. torch's ``sum`` reads one sequential stream per thread; on a Zen 4
-EPYC VM it read 0.85-0.97x what four lockstep streams per thread read in the
-slow memory phases, and decode GEMVs that read a few rows at once timed below
-"the floor". ``probe/stream_read.cpp`` is that four-stream reader (threads of
-OpenMP's, torch's count at each call). Neither reader wins
-everywhere, so the floors time both and keep the faster (see
+EPYC VM it read 0.71-0.92x what four lockstep streams per thread read (shuffled
+rounds, 24-53 GB/s by the sum), and decode GEMVs that read a few rows at once
+timed below "the floor". ``probe/stream_read.cpp`` is that four-stream reader
+(OpenMP threads, torch's count at each call). Neither reader wins everywhere
+(the sum won 3 of 55 floors in five runs there, by up to 6 %), so the floors
+time both and keep the faster (see
 :mod:`kernel_harness.bench.stream_floor` and :func:`kernel_harness.machine.measure_bandwidth`).
 """
 

@@ -8,8 +8,8 @@
 // the bytes, or every ratio to it flatters the kernel. On a Zen 4 EPYC VM
 // (2026-12-05, 2 threads, 32 MiB fp32 buffers in rotation from memory,
 // shuffled rounds) torch's sum, one sequential stream per thread, read
-// 0.85-0.97x what four streams per thread read in lockstep, in the slow memory
-// phases (33-38 GB/s); decode GEMVs that read a few weight rows at once
+// 0.71-0.92x what this read (four streams per thread in lockstep) did, in
+// memory phases of 24-53 GB/s by the sum; decode GEMVs that read a few rows at once
 // measured "faster than the floor" against it. So each thread here reads its
 // part of every buffer as kStreams equal sub-ranges, a line of each per step.
 //
