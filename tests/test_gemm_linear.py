@@ -292,6 +292,32 @@ def test_packed_decode_knob_off_restores_the_tiles(tmp_path: Path, default_unit,
 
 
 @pytest.mark.slow
+def test_packed_dp_streams_split_k_up_to_four_rows_only(tmp_path: Path, default_unit):
+    """LINEAR_PACKED_DP_STREAMS reads each panel's k as segments in lockstep in lin_packed_gemv_dp, up
+    to 4 rows of x. Against the knob at 1 (k in order): both exact on exact inputs at every tail of
+    the segments (k below one pair per segment, odd, not a multiple of their pairs), both within the
+    fp32-sum bound on continuous data; on that data the bits differ at M = 2-4 (the knob acts there)
+    and are the same at M = 1 (four accumulator pairs: four segments either way) and M = 5-8
+    (which keep k in order)."""
+    if "avx512_bf16" not in cpu_flags():
+        pytest.skip("this CPU lacks avx512_bf16: lin_packed_gemv_dp cannot run")
+    streams = _linear_unit(tmp_path / "default", "avx512", {})
+    in_order = _linear_unit(tmp_path / "in-order", "avx512", {"LINEAR_PACKED_DP_STREAMS": "1"})
+    for i, (m, n, k) in enumerate(((1, 40, 7), (2, 33, 16), (3, 64, 17), (4, 70, 130), (4, 32, 4096 + 13),
+                                   (6, 40, 99))):
+        x, w, b = _case(m, n, k, torch.bfloat16, seed=10 + i)
+        for lib, what in ((streams, "streams"), (in_order, "in order")):
+            assert torch.equal(_run_packed(lib, x, w, b), _reference(x, w, b)), f"{what} M={m} N={n} K={k}"
+    gen = torch.Generator().manual_seed(5)
+    w, b = (torch.randn(*shape, generator=gen).bfloat16() for shape in ((4096, 4096), (4096,)))
+    for m in range(1, 9):
+        x = torch.randn(m, 4096, generator=gen).bfloat16()
+        got, ref = _run_packed(streams, x, w, b), _run_packed(in_order, x, w, b)
+        assert_within_fp32_sum_bound(x, w, b, got, f"streams M={m}")
+        assert torch.equal(got, ref) == (m == 1 or m > 4), f"M={m}: the knob must act at exactly M = 2-4"
+
+
+@pytest.mark.slow
 def test_avx2_packed_weight_at_4_to_6_rows_takes_the_two_pass_paths(tmp_path: Path):
     """The AVX2 unit's two-pass paths for a packed weight really run where they should: lin_tile_wide
     (fp32, M = 4 to LINEAR_WIDE_MAX_ROWS: two halves of the rows) and lin_packed_gemv_wide16 (16-bit,
