@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from fixtures_kernels import GEMM_PACKAGE, assert_prefetch_hint_moved, compile_tier_unit, dtype_code, fresh_copy
 from kernel_harness.cpu import cpu_flags, cpu_model, cpu_vendor, has_isa, row_streams_by_default, skip_reason
+from kernel_harness.machine import ASSUMED_LLC_BYTES, last_level_cache_bytes
 from kernel_harness.paths import SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
 
@@ -292,16 +293,18 @@ def test_packed_decode_knob_off_restores_the_tiles(tmp_path: Path, default_unit,
 
 
 @pytest.mark.slow
-def test_packed_dp_streams_split_k_up_to_four_rows_only(tmp_path: Path, default_unit):
+def test_packed_dp_streams_split_k_up_to_four_rows_of_a_weight_the_cache_cannot_hold(tmp_path: Path,
+                                                                                     default_unit):
     """LINEAR_PACKED_DP_STREAMS reads each panel's k as segments in lockstep in lin_packed_gemv_dp, up
-    to 4 rows of x. Against the knob at 1 (k in order): both exact on exact inputs at every tail of
-    the segments (k below one pair per segment, odd, not a multiple of their pairs), both within the
-    fp32-sum bound on continuous data; on that data the bits differ at M = 2-4 (the knob acts there)
-    and are the same at M = 1 (four accumulator pairs: four segments either way) and M = 5-8
-    (which keep k in order)."""
+    to 4 rows of x, on weights of LINEAR_PACKED_DP_STREAMS_MIN_KIB or more (0: the last-level cache's
+    size). With every weight in segments (1 KiB) against the knob at 1 (k in order): both exact on
+    exact inputs at every tail of the segments (k below one pair per segment, odd, not a multiple of
+    their pairs), both within the fp32-sum bound on continuous data; there the bits differ at M = 1-4
+    (the knob acts) and are the same at M = 5-8 (k in order). The template's own unit keeps k in
+    order on a weight the cache holds."""
     if "avx512_bf16" not in cpu_flags():
         pytest.skip("this CPU lacks avx512_bf16: lin_packed_gemv_dp cannot run")
-    streams = _linear_unit(tmp_path / "default", "avx512", {})
+    streams = _linear_unit(tmp_path / "streams", "avx512", {"LINEAR_PACKED_DP_STREAMS_MIN_KIB": "1"})
     in_order = _linear_unit(tmp_path / "in-order", "avx512", {"LINEAR_PACKED_DP_STREAMS": "1"})
     for i, (m, n, k) in enumerate(((1, 40, 7), (2, 33, 16), (3, 64, 17), (4, 70, 130), (4, 32, 4096 + 13),
                                    (6, 40, 99))):
@@ -310,11 +313,18 @@ def test_packed_dp_streams_split_k_up_to_four_rows_only(tmp_path: Path, default_
             assert torch.equal(_run_packed(lib, x, w, b), _reference(x, w, b)), f"{what} M={m} N={n} K={k}"
     gen = torch.Generator().manual_seed(5)
     w, b = (torch.randn(*shape, generator=gen).bfloat16() for shape in ((4096, 4096), (4096,)))
+    # half the last-level cache (the C++ side's rule: kernel_harness.machine's), up to the whole w:
+    # enough outputs that an order of k other than the in-order unit's would show in their bits
+    llc = last_level_cache_bytes() or ASSUMED_LLC_BYTES
+    rows = max(32, min(4096, llc // (2 * 4096 * 2)) // 32 * 32)
+    cached_w, cached_b = w[:rows].contiguous(), b[:rows].contiguous()
     for m in range(1, 9):
         x = torch.randn(m, 4096, generator=gen).bfloat16()
         got, ref = _run_packed(streams, x, w, b), _run_packed(in_order, x, w, b)
         assert_within_fp32_sum_bound(x, w, b, got, f"streams M={m}")
-        assert torch.equal(got, ref) == (m == 1 or m > 4), f"M={m}: the knob must act at exactly M = 2-4"
+        assert torch.equal(got, ref) == (m > 4), f"M={m}: the knob must act at exactly M = 1-4"
+        cached = _run_packed(default_unit("avx512"), x, cached_w, cached_b)
+        assert torch.equal(cached, _run_packed(in_order, x, cached_w, cached_b)), f"M={m}: a cached weight in order"
 
 
 @pytest.mark.slow
