@@ -31,7 +31,9 @@ and the lockstep reader of :mod:`kernel_harness.stream_reader` (four streams
 per thread). On a Zen 4 EPYC VM (2026-12-05, five runs of
 examples/stream_floors.py, floors 31-72 GB/s) the sum read 0.77-0.99x the
 lockstep read's rate in 52 of 55 cases and won 3 by up to 6 %, and decode
-GEMVs had read "faster than the floor" (0.73-0.95x) against the sum alone. Which reader made the floor, and both rates, go with every result.
+GEMVs had read "faster than the floor" (0.73-0.95x) against the sum alone.
+Which reader made the floor, and both rates, go with every result. Taking the
+lower of two medians can only make the floor stricter.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@
 // already loaded, so the floor runs on the very thread pool the kernels and
 // torch's sum use. A pool of its own measured bimodal on 2 vCPUs: 0.6-0.8x
 // or 1.2-1.35x torch's sum from round to round, as libgomp's threads, still
-// spinning after the previous side's calls, took its worker's CPU.
+// spinning after the previous side's calls, took its worker's CPU. (A torch
+// whose libgomp carries another soname leaves the reader a runtime of its
+// own and that interaction back; the floor still keeps the faster reader.)
 //
 // The result is the sum, modulo 2^64, of the buffers' little-endian 64-bit
 // words (a last partial word zero-padded), so a test can check that every byte
