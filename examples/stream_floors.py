@@ -204,7 +204,8 @@ def main() -> int:
         rows.append({**result.as_json(), "target": target, "verdict": verdict, "cause": cause})
     table.caption = ("floor: the faster of " + " and ".join(c["floor_readers"]) + " (the cell names it), over "
                      + " / ".join(sorted({r.floor_source for r in run.results}))
-                     + (f" ({c['floor_reader_note']})" if c["floor_reader_note"] else "") + ". In cache: the same call on inputs 1/4 and 1/16 of the last-level cache, reused; their "
+                     + (f" ({c['floor_reader_note']})" if c["floor_reader_note"] else "")
+                     + ". In cache: the same call on inputs 1/4 and 1/16 of the last-level cache, reused; their "
                      "difference is the kernel's rate with memory out of the way. A miss whose in-cache rate "
                      "alone is beyond the target is (in-cache rate): the loop itself must get faster; one whose "
                      "in-cache rate would meet it is (memory access): its reads do not overlap its work")

@@ -15,6 +15,7 @@ time both and keep the faster (see
 from __future__ import annotations
 
 import ctypes
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +57,8 @@ class StreamReader:
 
 def load_stream_reader(directory: Path) -> StreamReader:
     """The reader, its library compiled into ``directory`` on first use.
-    Raises FileNotFoundError (no compiler), RuntimeError (compile error) or OSError (load).
+    Raises FileNotFoundError (no compiler), RuntimeError (compile error), subprocess.SubprocessError
+    (the compiler timed out) or OSError (load).
 
     torch is imported first: the library's libgomp.so.1 then resolves to the copy torch loaded,
     so the reader shares the OpenMP thread pool of torch and the kernels (stream_read.cpp)."""
@@ -73,5 +75,5 @@ def try_stream_reader(directory: Path) -> tuple[StreamReader | None, str | None]
     """The reader, or None and the reason it is missing (the floors then time torch's sum alone)."""
     try:
         return load_stream_reader(directory), None
-    except (OSError, RuntimeError, FileNotFoundError) as exc:
+    except (OSError, RuntimeError, FileNotFoundError, subprocess.SubprocessError) as exc:
         return None, f"the lockstep stream reader is unavailable ({exc}); floors use torch's sum alone"

@@ -173,8 +173,8 @@ def test_copies_reach_three_last_level_caches():
     llc = 32 << 20
     assert sf.copies_for(16 << 20, llc) == 6
     assert sf.copies_for(256 << 20, llc) == 2  # never fewer than two
-    calls = sf.read_calls(4096, 3)
-    assert len(calls) == 3 and float(calls[0]()) == 1024.0  # a sum over 1024 fp32 ones
+    buffers = sf.own_buffers(4096, 3)
+    assert len(buffers) == 3 and float(buffers[0].sum()) == 1024.0  # 1024 fp32 ones
 
 
 def test_the_floor_reads_the_cases_own_buffers_when_it_names_them():

@@ -67,3 +67,20 @@ def test_a_missing_compiler_is_a_reason_not_a_crash(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("PATH", str(tmp_path))  # no g++ to fall back on either
     found, missing = stream_reader.try_stream_reader(tmp_path / "cache")
     assert found is None and "g++" in missing and "torch's sum alone" in missing
+
+
+def test_a_compiler_that_times_out_is_a_reason_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import subprocess
+
+    from kernel_harness import native
+
+    real_run = subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        if "-shared" in cmd:
+            raise subprocess.TimeoutExpired(cmd, kwargs.get("timeout", 0))
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(native.subprocess, "run", run)
+    found, missing = stream_reader.try_stream_reader(tmp_path / "cache")
+    assert found is None and "timed out" in missing and "torch's sum alone" in missing

@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..stream_reader import LOCKSTEP, TORCH_SUM, StreamReader
+from ..stream_reader import LOCKSTEP, TORCH_SUM, StreamReader, try_stream_reader
 from . import stats
 from .conditions import cpu_times, load_average
 
@@ -122,7 +122,7 @@ class FloorResult:
     ci_high: float | None
     rounds: int
     calls_per_round: int
-    # SAME_BUFFERS (the case's reads) or OWN_BUFFERS (read_calls)
+    # SAME_BUFFERS (the case's reads) or OWN_BUFFERS (own_buffers)
     floor_source: str = OWN_BUFFERS
     # with an InCacheProbe: the kernel's in-cache rate (bytes of the case per second, /1e9), and
     # the ratio the kernel would reach streaming at that rate while the floor streams at its own
@@ -185,11 +185,6 @@ def own_buffers(nbytes: int, copies: int) -> list[Any]:
     import torch
 
     return [torch.ones(max(nbytes // 4, 1), dtype=torch.float32) for _ in range(copies)]
-
-
-def read_calls(nbytes: int, copies: int) -> list[Callable[[], object]]:
-    """torch's sum over ``copies`` buffers of their own (own_buffers), one streaming sum per call."""
-    return [buffer.sum for buffer in own_buffers(nbytes, copies)]
 
 
 def same_bytes_calls(reads: Sequence[Sequence[Any]]) -> list[Callable[[], object]]:
@@ -333,7 +328,6 @@ def run_cases(cases: Sequence[FloorCase], llc_bytes: int, *, rounds: int, calls_
 
     from ..cpu import cpu_model
     from ..machine import cache_dir
-    from ..stream_reader import try_stream_reader
 
     reader, missing = try_stream_reader(cache_dir()) if lockstep else (None, "not asked for")
     load_before, steal_start = load_average(), cpu_times()
