@@ -53,14 +53,16 @@ from .conditions import cpu_times, load_average
 #: with three caches' worth, no call finds its data still cached from the last
 #: time its copy was used.
 ROTATION_LLC_MULTIPLE = 3
-#: Untimed calls of each in-cache probe side at the start of every round: the
-#: kernel's and the floor's rounds stream three last-level caches through it, so
-#: the probe's inputs must be read back first. Zen 4 EPYC, 2026-12-05, bf16 M = 4
-#: linear, 2 MiB against 8 MiB: the first call after the streaming sides took
-#: 2.5-4.5x a cached one and the second ~1.2x; with four timed calls a round and
-#: none untimed the probe read 45-53 GB/s where the same calls alone read 89 (M = 1:
-#: 53 against 125), and the verdict blamed the loop. With two untimed: 85.
-IN_CACHE_REWARM_CALLS = 2
+#: Untimed calls of each in-cache probe side before its timed ones in a round.
+#: The probe's rounds run in a block of their own after the streaming rounds:
+#: interleaved with them, its inputs did not come back into the cache in a few
+#: calls. Zen 4 EPYC, 2026-12-05, bf16 linear M = 1, 8 MiB weight after three
+#: 32 MiB calls of the kernel (or of the lockstep reader): 141-379 us for the
+#: first call, then 103-227, 96-200, and still 84-164 at the sixth, against 71
+#: for a cached call (after torch's sum over 256 MiB instead: 365, 90, 72, 71).
+#: With two untimed calls a round the probe read 52-75 GB/s where the same
+#: calls on their own read 91-128, and the verdicts blamed the loop.
+IN_CACHE_REWARM_CALLS = 1
 #: FloorResult.floor_source: the floor summed the case's own buffers, or fresh ones.
 SAME_BUFFERS = "the same buffers"
 OWN_BUFFERS = "buffers of its own"
@@ -69,8 +71,8 @@ OWN_BUFFERS = "buffers of its own"
 @dataclass(frozen=True)
 class InCacheProbe:
     """The case's call on two sets of inputs that both fit in the last-level cache,
-    ``small_bytes`` and ``large_bytes`` of them, each reused call after call (and
-    read back by IN_CACHE_REWARM_CALLS untimed calls after the other sides' streams).
+    ``small_bytes`` and ``large_bytes`` of them, each reused call after call (timed in
+    rounds of their own after the streaming ones, which would keep evicting them).
 
     Their difference in time over their difference in bytes is the kernel's rate
     with memory out of the way and its per-call costs (thread wake-up, allocation)
@@ -244,6 +246,14 @@ def _round(calls: Sequence[Callable[[], object]], start: int, count: int,
     return times
 
 
+def _run_round(sides: Sequence[tuple[stats.Measurement, Sequence[Callable[[], object]], int]], r: int, start: int,
+               calls_per_round: int, clock: Callable[[], int]) -> None:
+    """One round of every side (measurement, calls, untimed calls first), in order on even rounds and
+    reversed on odd ones, so that no side always follows the same other."""
+    for measurement, calls, rewarm in sides if r % 2 == 0 else reversed(sides):
+        measurement.add_round(_round(calls, start, calls_per_round, clock, rewarm))
+
+
 def time_case(case: FloorCase,
               floors: Mapping[str, Sequence[Callable[[], object]]] | Sequence[Callable[[], object]], *,
               rounds: int, calls_per_round: int, seed: int = 0, clock: Callable[[], int] = time.perf_counter_ns,
@@ -251,8 +261,8 @@ def time_case(case: FloorCase,
     """Alternate rounds of the kernel's calls and each floor reader's (``floors``: reader name ->
     calls; a plain sequence is torch's sum alone), first kernel, then the floor first, and so on:
     a slow phase of the machine hits every side. One warm-up call each first. An in-cache probe's
-    two sides join every round, each after IN_CACHE_REWARM_CALLS untimed calls. The floor is the
-    reader with the lowest median."""
+    two sides then take as many rounds of their own, each after IN_CACHE_REWARM_CALLS untimed
+    calls. The floor is the reader with the lowest median."""
     if rounds < 1 or calls_per_round < 1:
         raise ValueError(f"rounds ({rounds}) and calls_per_round ({calls_per_round}) must be at least 1")
     readers = dict(floors) if isinstance(floors, Mapping) else {TORCH_SUM: floors}
@@ -271,10 +281,11 @@ def time_case(case: FloorCase,
     for r in range(rounds):
         start = r * calls_per_round
         sides = [(kernel, case.calls, 0)] + [(floor_sides[name], calls, 0) for name, calls in readers.items()]
-        if probe:
-            sides += [(small, [probe.small], IN_CACHE_REWARM_CALLS), (large, [probe.large], IN_CACHE_REWARM_CALLS)]
-        for measurement, calls, rewarm in sides if r % 2 == 0 else reversed(sides):
-            measurement.add_round(_round(calls, start, calls_per_round, clock, rewarm))
+        _run_round(sides, r, start, calls_per_round, clock)
+    if probe:  # after the streaming rounds, which would keep evicting its inputs (IN_CACHE_REWARM_CALLS)
+        sides = [(small, [probe.small], IN_CACHE_REWARM_CALLS), (large, [probe.large], IN_CACHE_REWARM_CALLS)]
+        for r in range(rounds):
+            _run_round(sides, r, r * calls_per_round, calls_per_round, clock)
     reader = min(floor_sides, key=lambda name: floor_sides[name].median_us)
     floor = floor_sides[reader]
     ratio = stats.speedup(kernel, floor, seed=seed)  # "baseline" kernel over "kernel" floor: kernel / floor
