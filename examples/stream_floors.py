@@ -27,11 +27,12 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from kernel_harness.bench.stream_floor import FloorCase, InCacheProbe, copies_for, run_cases
+from kernel_harness.bench.stream_floor import PHASE_SPREAD, FloorCase, InCacheProbe, copies_for, run_cases
 
 N = K = 4096
 HEADS, SEQ, HEAD_DIM = 32, 2048, 128
@@ -132,6 +133,20 @@ def _with_interval(value: float | None, low: float | None, high: float | None) -
     return f"{value:.2f}" + ("" if low is None or high is None else f" ({low:.2f}-{high:.2f})")
 
 
+def _judged(judged, target: float) -> str:
+    """The verdict against the target, with its cause when missed."""
+    verdict, cause = judged.verdict(target), judged.cause(target)
+    return verdict if cause is None else f"{verdict} ({cause})"
+
+
+def _by_phase(result, target: float) -> str:
+    """Each memory phase's floor rate, rounds, ratio and verdict; '-' when the run had one phase."""
+    if not result.phases:
+        return "-" if result.floor_spread is None else f"one (floor within {result.floor_spread:.2f}x)"
+    return "; ".join(f"{p.floor_gbs:.0f} GB/s ({p.rounds}): {_with_interval(p.ratio, p.ci_low, p.ci_high)} "
+                     f"{_judged(p, target)}" for p in result.phases)
+
+
 def _usage(message: str) -> int:
     print(f"stream_floors.py: {message}", file=sys.stderr)
     return 2
@@ -189,7 +204,7 @@ def main() -> int:
     table = Table(title=f"{c['cpu']}, {c['threads']} threads, not pinned, load {c['load_before']} -> "
                         f"{c['load_after']}, steal {c['steal_fraction']}, OMP_WAIT_POLICY {c['omp_wait_policy']}")
     for column in ("call", "MB", "kernel ms", "floor ms (GB/s)", "kernel / floor (95 % CI)", "in cache GB/s",
-                   "in-cache rate / floor", "target", "verdict"):
+                   "in-cache rate / floor", "target", "verdict", "by memory phase"):
         table.add_column(column, no_wrap=True)
     rows = []
     for (case, op), result in zip(cases, run.results, strict=True):
@@ -200,15 +215,19 @@ def main() -> int:
                       _with_interval(result.ratio, result.ci_low, result.ci_high),
                       "-" if result.in_cache_gbs is None else f"{result.in_cache_gbs:.1f}",
                       _with_interval(result.best_ratio, result.best_ci_low, result.best_ci_high),
-                      f"<= {target}", verdict if cause is None else f"{verdict} ({cause})")
-        rows.append({**result.as_json(), "target": target, "verdict": verdict, "cause": cause})
+                      f"<= {target}", _judged(result, target), _by_phase(result, target))
+        phases = [{**asdict(p), "verdict": p.verdict(target), "cause": p.cause(target)} for p in result.phases]
+        rows.append({**result.as_json(), "target": target, "verdict": verdict, "cause": cause, "phases": phases})
     table.caption = ("floor: the faster of " + " and ".join(c["floor_readers"]) + " (the cell names it), over "
                      + " / ".join(sorted({r.floor_source for r in run.results}))
                      + (f" ({c['floor_reader_note']})" if c["floor_reader_note"] else "")
                      + ". In cache: the same call on inputs 1/4 and 1/16 of the last-level cache, reused; their "
                      "difference is the kernel's rate with memory out of the way. A miss whose in-cache rate "
                      "alone is beyond the target is (in-cache rate): the loop itself must get faster; one whose "
-                     "in-cache rate would meet it is (memory access): its reads do not overlap its work")
+                     "in-cache rate would meet it is (memory access): its reads do not overlap its work. "
+                     f"By memory phase: where the floor's rate moved {PHASE_SPREAD}x or more between rounds, "
+                     "each phase's floor GB/s (rounds): ratio (95 % CI) and verdict; the run's own ratio mixes "
+                     "them")
     console.print(table)
     if args.json:
         args.json.write_text(json.dumps({"conditions": run.conditions, "results": rows}, indent=2))

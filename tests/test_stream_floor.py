@@ -168,6 +168,57 @@ def test_no_in_cache_rate_from_a_probe_whose_larger_call_was_not_slower():
     assert plain.in_cache_gbs is None and plain.cause(1.2) is None
 
 
+class PhasedClock(FakeClock):
+    """Memory that switches speed: calls made through ``phased`` cost ``slow`` until the switch
+    (after ``switch_after`` calls of that side), ``fast`` from then on."""
+
+    def phased(self, name: str, slow: int, fast: int, switch_after: int):
+        made = [0]
+
+        def run() -> None:
+            self.now += slow if made[0] < switch_after else fast
+            made[0] += 1
+            self.log.append(name)
+        return run
+
+
+def test_a_run_that_caught_two_memory_phases_reports_each():
+    """Six rounds in a slow phase (floor 1000 ns, kernel 1050: 1.05), six in a fast one (floor
+    500, kernel 750: 1.5). The whole run's ratio mixes them; each phase gets its own, with its
+    floor's rate and verdict, slowest first."""
+    clock = PhasedClock()
+    calls = 2
+    switch = 1 + 6 * calls  # the warm-up call, then six rounds
+    case = sf.FloorCase("k", 1 << 20, [clock.phased("kernel", 1050, 750, switch)] * 2)
+    result = sf.time_case(case, [clock.phased("floor", 1000, 500, switch)] * 2, rounds=12, calls_per_round=calls,
+                          clock=clock)
+    assert [p.rounds for p in result.phases] == [6, 6]
+    slow, fast = result.phases
+    assert slow.floor_gbs == pytest.approx((1 << 20) / 1000.0, rel=1e-3)
+    assert fast.floor_gbs == pytest.approx((1 << 20) / 500.0, rel=1e-3)
+    assert slow.ratio == pytest.approx(1.05) and fast.ratio == pytest.approx(1.5)
+    assert slow.verdict(1.25) == "met" and fast.verdict(1.25) == "not met"
+    assert result.floor_spread == pytest.approx(2.0)
+    data = json.loads(json.dumps(result.as_json()))
+    assert [p["ratio"] for p in data["phases"]] == pytest.approx([1.05, 1.5])
+
+
+def test_one_memory_phase_reports_no_split():
+    result, _ = _time(1300, 1000)
+    assert result.phases == [] and result.floor_spread == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("rates, groups", [
+    ([30, 31, 29, 30, 32, 31], [[0, 1, 2, 3, 4, 5]]),  # one phase: within 1.1x
+    ([30, 31, 60, 29, 62, 64, 33, 61], [[0, 1, 3, 6], [2, 4, 5, 7]]),  # two, interleaved in time
+    ([30, 31, 32, 60, 61], [[0, 1, 2, 3, 4]]),  # a fast side of two rounds is no phase
+    ([30, 32, 34, 36, 38, 40], [[0, 1, 2, 3, 4, 5]]),  # a steady drift: the halves' medians within 1.25x
+    ([30, 31, 32, 40, 41, 42], [[0, 1, 2], [3, 4, 5]]),  # 1.29x apart
+])
+def test_memory_phases_split_only_at_a_real_gap(rates, groups):
+    assert sf.phase_rounds(rates) == groups
+
+
 def test_an_in_cache_probe_needs_a_larger_second_size():
     with pytest.raises(ValueError, match="small_bytes < large_bytes"):
         sf.InCacheProbe(lambda: None, 1 << 18, lambda: None, 1 << 16)
@@ -257,7 +308,7 @@ def test_json_keeps_its_keys():
     result, _ = _time(1200, 1000)
     data = result.as_json()
     assert {"name", "nbytes", "kernel_us", "floor_us", "ratio", "ci_low", "ci_high", "rounds", "calls_per_round",
-            "floor_gbs", "kernel_gbs", "floor_source", "floor_reader", "reader_gbs"} <= set(data)
+            "floor_gbs", "kernel_gbs", "floor_source", "floor_reader", "reader_gbs", "phases", "floor_spread"} <= set(data)
     json.dumps(data)
 
 
@@ -299,3 +350,5 @@ def test_script_times_a_built_package_against_its_floor(gemm_kernel_dir: Path, t
     # the in-cache probe ran beside it: a rate (or none, if noise made the larger probe no slower)
     assert "in_cache_gbs" in row and row["cause"] in (None, "in-cache rate", "memory access", "undecided")
     assert row["in_cache_gbs"] is None or (row["in_cache_gbs"] > 0 and row["best_ratio"] > 0)
+    # three rounds cannot hold two phases of three: the floor's spread is reported, no split
+    assert row["phases"] == [] and row["floor_spread"] >= 1.0

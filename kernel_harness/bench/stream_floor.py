@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -63,6 +64,17 @@ ROTATION_LLC_MULTIPLE = 3
 #: With two untimed calls a round the probe read 52-75 GB/s where the same
 #: calls on their own read 91-128, and the verdicts blamed the loop.
 IN_CACHE_REWARM_CALLS = 1
+#: Two groups of a run's rounds are told apart as memory phases when the median rates of their
+#: floors differ by at least this factor. These VMs' memory swings between ~25-42 and ~53-72 GB/s
+#: within minutes (Zen 4 EPYC, 2026-12-05), and a kernel's ratio to its floor moves with it (linear
+#: bf16 M = 4: 1.12-1.18 in slow phases, 1.50-1.54 in fast ones): a run that caught both reports
+#: each beside the ratio of all its rounds, which mixes them. Single rounds are noisier than
+#: phases (a round's median of four calls: the fastest over the slowest round of a run 1.2-1.6x
+#: with no gap between), so phases are told apart by the medians of two groups split at the
+#: widest gap, not by single rounds.
+PHASE_SPREAD = 1.25
+#: The fewest rounds a phase needs (an interval takes three).
+PHASE_MIN_ROUNDS = 3
 #: FloorResult.floor_source: the floor summed the case's own buffers, or fresh ones.
 SAME_BUFFERS = "the same buffers"
 OWN_BUFFERS = "buffers of its own"
@@ -111,41 +123,14 @@ class FloorCase:
     in_cache: InCacheProbe | None = None
 
 
-@dataclass(frozen=True)
-class FloorResult:
-    """The kernel's median time over the floor's, measured in the same rounds."""
+class _Judged:
+    """A ratio to the floor with its interval (ci_low, ci_high) and, with an in-cache probe, the
+    best ratio the kernel's in-cache rate allows (best_ci_low, best_ci_high): verdicts on both."""
 
-    name: str
-    nbytes: int
-    kernel_us: float
-    floor_us: float
-    ratio: float  # kernel_us / floor_us
     ci_low: float | None
     ci_high: float | None
-    rounds: int
-    calls_per_round: int
-    # SAME_BUFFERS (the case's reads) or OWN_BUFFERS (own_buffers)
-    floor_source: str = OWN_BUFFERS
-    # with an InCacheProbe: the kernel's in-cache rate (bytes of the case per second, /1e9), and
-    # the ratio the kernel would reach streaming at that rate while the floor streams at its own
-    # (floor GB/s / in-cache GB/s), with its interval; None without a probe, or when the
-    # larger probe did not take longer than the smaller one
-    in_cache_gbs: float | None = None
-    best_ratio: float | None = None
-    best_ci_low: float | None = None
-    best_ci_high: float | None = None
-    # the reader whose median made the floor (TORCH_SUM or LOCKSTEP), and every reader's rate
-    # (bytes of the case per second, /1e9) in the same rounds
-    floor_reader: str = TORCH_SUM
-    reader_gbs: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def floor_gbs(self) -> float:
-        return self.nbytes / (self.floor_us * 1e3)
-
-    @property
-    def kernel_gbs(self) -> float:
-        return self.nbytes / (self.kernel_us * 1e3)
+    best_ci_low: float | None
+    best_ci_high: float | None
 
     def verdict(self, target: float) -> str:
         """'met' / 'not met' only when the whole interval lies on one side of the target,
@@ -172,6 +157,62 @@ class FloorResult:
         if self.best_ci_high <= target:
             return "memory access"
         return "undecided"
+
+
+@dataclass(frozen=True)
+class FloorPhase(_Judged):
+    """The kernel over the floor in the rounds of one memory phase of a run (PHASE_SPREAD)."""
+
+    floor_gbs: float  # the floor's rate over these rounds (bytes of the case per second, /1e9)
+    rounds: int
+    ratio: float
+    ci_low: float | None
+    ci_high: float | None
+    best_ratio: float | None = None
+    best_ci_low: float | None = None
+    best_ci_high: float | None = None
+
+
+@dataclass(frozen=True)
+class FloorResult(_Judged):
+    """The kernel's median time over the floor's, measured in the same rounds."""
+
+    name: str
+    nbytes: int
+    kernel_us: float
+    floor_us: float
+    ratio: float  # kernel_us / floor_us
+    ci_low: float | None
+    ci_high: float | None
+    rounds: int
+    calls_per_round: int
+    # SAME_BUFFERS (the case's reads) or OWN_BUFFERS (own_buffers)
+    floor_source: str = OWN_BUFFERS
+    # with an InCacheProbe: the kernel's in-cache rate (bytes of the case per second, /1e9), and
+    # the ratio the kernel would reach streaming at that rate while the floor streams at its own
+    # (floor GB/s / in-cache GB/s), with its interval; None without a probe, or when the
+    # larger probe did not take longer than the smaller one
+    in_cache_gbs: float | None = None
+    best_ratio: float | None = None
+    best_ci_low: float | None = None
+    best_ci_high: float | None = None
+    # the reader whose median made the floor (TORCH_SUM or LOCKSTEP), and every reader's rate
+    # (bytes of the case per second, /1e9) in the same rounds
+    floor_reader: str = TORCH_SUM
+    reader_gbs: dict[str, float] = field(default_factory=dict)
+    # the run's rounds by memory phase, slowest first, when the floor's rate moved by PHASE_SPREAD
+    # or more between them (each phase with its own ratio and verdicts); empty for one phase
+    phases: list[FloorPhase] = field(default_factory=list)
+    # the fastest round's floor rate over the slowest's (the floor's own spread over the run)
+    floor_spread: float | None = None
+
+    @property
+    def floor_gbs(self) -> float:
+        return self.nbytes / (self.floor_us * 1e3)
+
+    @property
+    def kernel_gbs(self) -> float:
+        return self.nbytes / (self.kernel_us * 1e3)
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "floor_gbs": round(self.floor_gbs, 2), "kernel_gbs": round(self.kernel_gbs, 2)}
@@ -293,24 +334,84 @@ def time_case(case: FloorCase,
     result = FloorResult(case.name, case.nbytes, kernel.median_us, floor.median_us, ratio.value, ratio.ci_low,
                          ratio.ci_high, rounds, calls_per_round, floor_source, floor_reader=reader,
                          reader_gbs=rates)
-    return _with_in_cache_rate(result, probe, floor, small, large, seed) if probe else result
+    in_cache = (small, large) if probe else None
+    if probe:
+        result = _with_in_cache_rate(result, probe, floor, small, large, seed)
+    rates = [case.nbytes / statistics.median(r) for r in floor.rounds if r]
+    spread = round(max(rates) / min(rates), 3) if rates else None
+    groups = phase_rounds(rates)
+    phases = [_phase(case.nbytes, kernel, floor, group, probe, in_cache, seed) for group in groups] \
+        if len(groups) > 1 else []
+    return replace(result, phases=phases, floor_spread=spread)
+
+
+def phase_rounds(rates: Sequence[float], spread: float = PHASE_SPREAD,
+                 least: int = PHASE_MIN_ROUNDS) -> list[list[int]]:
+    """The indices of a run's rounds by memory phase, slowest first, from each round's floor rate:
+    all in one group, or two split at the widest gap between the sorted rates (each side at
+    least ``least`` rounds) when the faster group's median rate is ``spread`` times the slower's or
+    more. (Two at most: a run lasts minutes, and the phases seen are a slow and a fast one.)"""
+    every = [list(range(len(rates)))]
+    order = sorted(range(len(rates)), key=lambda i: rates[i])
+    cuts = range(least, len(order) - least + 1)
+    if not cuts:
+        return every
+    cut = max(cuts, key=lambda c: rates[order[c]] / rates[order[c - 1]])
+    slow, fast = sorted(order[:cut]), sorted(order[cut:])
+    if statistics.median(rates[i] for i in fast) < spread * statistics.median(rates[i] for i in slow):
+        return every
+    return [slow, fast]
+
+
+def _rounds_of(measurement: stats.Measurement, indices: Sequence[int]) -> stats.Measurement:
+    """The measurement's rounds at ``indices`` (with their worker groups)."""
+    part = stats.Measurement(measurement.label)
+    groups = measurement.groups if len(measurement.groups) == len(measurement.rounds) else [0] * len(measurement.rounds)
+    for i in indices:
+        part.add_round(measurement.rounds[i], groups[i])
+    return part
+
+
+def _phase(nbytes: int, kernel: stats.Measurement, floor: stats.Measurement, indices: Sequence[int],
+           probe: InCacheProbe | None, in_cache: tuple[stats.Measurement, stats.Measurement] | None,
+           seed: int) -> FloorPhase:
+    """The kernel over the floor in the rounds at ``indices`` (FloorPhase), with the best ratio
+    the in-cache rate allows against this phase's floor."""
+    kernel_part, floor_part = _rounds_of(kernel, indices), _rounds_of(floor, indices)
+    ratio = stats.speedup(kernel_part, floor_part, seed=seed)
+    phase = FloorPhase(round(nbytes / (floor_part.median_us * 1e3), 2), len(indices), ratio.value, ratio.ci_low,
+                       ratio.ci_high)
+    best = _best_ratio(nbytes, probe, floor_part, *in_cache, seed) if probe and in_cache else None
+    return replace(phase, best_ratio=best[0], best_ci_low=best[1], best_ci_high=best[2]) if best else phase
+
+
+def _best_ratio(nbytes: int, probe: InCacheProbe, floor: stats.Measurement, small: stats.Measurement,
+                large: stats.Measurement, seed: int) -> tuple[float, float | None, float | None] | None:
+    """The ratio the kernel would reach streaming at its in-cache rate against ``floor``, with its
+    interval; None when the larger probe did not take longer. The probe's rounds ran after the
+    floor's, not beside them: drawing them jointly by index is then the same as drawing each
+    on its own, which is what their independence asks for."""
+    extra = probe.large_bytes - probe.small_bytes
+
+    def best(medians: list[float]) -> float:  # floor, small, large medians in us
+        delta = medians[2] - medians[1]
+        return nbytes * delta / (medians[0] * extra) if delta > 0 else math.nan
+
+    value = best([floor.median_us, small.median_us, large.median_us])
+    if not math.isfinite(value):
+        return None
+    low, high = stats.joint_interval([floor, small, large], best, seed=seed)
+    return value, low, high
 
 
 def _with_in_cache_rate(result: FloorResult, probe: InCacheProbe, floor: stats.Measurement,
                         small: stats.Measurement, large: stats.Measurement, seed: int) -> FloorResult:
     """The result with the probe's in-cache rate and the best ratio it allows (FloorResult)."""
-    extra = probe.large_bytes - probe.small_bytes
-
-    def best(medians: list[float]) -> float:  # floor, small, large medians in us
-        delta = medians[2] - medians[1]
-        return result.nbytes * delta / (medians[0] * extra) if delta > 0 else math.nan
-
-    value = best([floor.median_us, small.median_us, large.median_us])
-    if not math.isfinite(value):
+    best = _best_ratio(result.nbytes, probe, floor, small, large, seed)
+    if best is None:
         return result
-    low, high = stats.joint_interval([floor, small, large], best, seed=seed)
-    in_cache_gbs = extra / ((large.median_us - small.median_us) * 1e3)
-    return replace(result, in_cache_gbs=in_cache_gbs, best_ratio=value, best_ci_low=low, best_ci_high=high)
+    in_cache_gbs = (probe.large_bytes - probe.small_bytes) / ((large.median_us - small.median_us) * 1e3)
+    return replace(result, in_cache_gbs=in_cache_gbs, best_ratio=best[0], best_ci_low=best[1], best_ci_high=best[2])
 
 
 @dataclass(frozen=True)
