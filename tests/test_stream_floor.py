@@ -214,6 +214,8 @@ def test_one_memory_phase_reports_no_split():
     ([30, 31, 32, 60, 61], [[0, 1, 2, 3, 4]]),  # a fast side of two rounds is no phase
     ([30, 32, 34, 36, 38, 40], [[0, 1, 2, 3, 4, 5]]),  # a steady drift: the halves' medians within 1.25x
     ([30, 31, 32, 40, 41, 42], [[0, 1, 2], [3, 4, 5]]),  # 1.29x apart
+    ([37] * 13 + [27] * 3, [list(range(16))]),  # a dip of three rounds in sixteen: under a fifth
+    ([37] * 12 + [27] * 4, [[12, 13, 14, 15], list(range(12))]),  # four: a phase
 ])
 def test_memory_phases_split_only_at_a_real_gap(rates, groups):
     assert sf.phase_rounds(rates) == groups

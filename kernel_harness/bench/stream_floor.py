@@ -73,8 +73,11 @@ IN_CACHE_REWARM_CALLS = 1
 #: with no gap between), so phases are told apart by the medians of two groups split at the
 #: widest gap, not by single rounds.
 PHASE_SPREAD = 1.25
-#: The fewest rounds a phase needs (an interval takes three).
+#: The fewest rounds a phase needs: three (for an interval), and a fifth of the run's, so that a
+#: dip of a few rounds is not called a phase (a run of 30 rounds on a Zen 4 EPYC had four whose
+#: floor read 27 GB/s among 26 at 37).
 PHASE_MIN_ROUNDS = 3
+PHASE_MIN_FRACTION = 0.2
 #: FloorResult.floor_source: the floor summed the case's own buffers, or fresh ones.
 SAME_BUFFERS = "the same buffers"
 OWN_BUFFERS = "buffers of its own"
@@ -345,18 +348,20 @@ def time_case(case: FloorCase,
     return replace(result, phases=phases, floor_spread=spread)
 
 
-def phase_rounds(rates: Sequence[float], spread: float = PHASE_SPREAD,
-                 least: int = PHASE_MIN_ROUNDS) -> list[list[int]]:
+def phase_rounds(rates: Sequence[float], spread: float = PHASE_SPREAD) -> list[list[int]]:
     """The indices of a run's rounds by memory phase, slowest first, from each round's floor rate:
     all in one group, or two split at the widest gap between the sorted rates (each side at
-    least ``least`` rounds) when the faster group's median rate is ``spread`` times the slower's or
-    more. (Two at most: a run lasts minutes, and the phases seen are a slow and a fast one.)"""
+    least PHASE_MIN_ROUNDS rounds and PHASE_MIN_FRACTION of them) when the faster group's median
+    rate is ``spread`` times the slower's or more. (Two at most: a run lasts minutes, and the
+    phases seen are a slow and a fast one.)"""
     every = [list(range(len(rates)))]
     order = sorted(range(len(rates)), key=lambda i: rates[i])
-    cuts = range(least, len(order) - least + 1)
+    cuts = range(PHASE_MIN_ROUNDS, len(order) - PHASE_MIN_ROUNDS + 1)
     if not cuts:
         return every
     cut = max(cuts, key=lambda c: rates[order[c]] / rates[order[c - 1]])
+    if min(cut, len(order) - cut) < PHASE_MIN_FRACTION * len(order):  # the widest gap sets off a dip
+        return every
     slow, fast = sorted(order[:cut]), sorted(order[cut:])
     if statistics.median(rates[i] for i in fast) < spread * statistics.median(rates[i] for i in slow):
         return every
