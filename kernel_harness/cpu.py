@@ -99,6 +99,14 @@ def row_streams_by_default() -> bool:
     return cpu_vendor() == "AuthenticAMD" and family is not None and family >= 0x1A
 
 
+def row_segments_by_default() -> bool:
+    """Whether the generated units' decode GEMVs with one row of x read a weight the last-level
+    cache cannot hold as segments of rows in lockstep here (cpu_features.hpp's
+    row_segment_reads() without KERNEL_CPU_MASK / KERNEL_CPU_FORCE): on AMD family 0x19 with
+    AVX512 (Zen 4), where it measured faster than blocks of adjacent rows."""
+    return cpu_vendor() == "AuthenticAMD" and cpu_family() == 0x19 and "avx512f" in _detected_flags()
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's ISA flags (lower case, as ``/proc/cpuinfo`` spells them)."""
     override = os.environ.get(FLAGS_ENV_VAR)

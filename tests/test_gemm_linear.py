@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from fixtures_kernels import GEMM_PACKAGE, assert_prefetch_hint_moved, compile_tier_unit, dtype_code, fresh_copy
-from kernel_harness.cpu import cpu_flags, cpu_model, cpu_vendor, has_isa, row_streams_by_default, skip_reason
+from kernel_harness.cpu import (cpu_flags, cpu_model, cpu_vendor, has_isa, row_segments_by_default,
+                                row_streams_by_default, skip_reason)
 from kernel_harness.machine import ASSUMED_LLC_BYTES, last_level_cache_bytes
 from kernel_harness.paths import SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project, write_project
@@ -394,6 +395,56 @@ def test_avx512_bf16_dot_path_streams_up_to_the_dp_rows_one_weight_row_at_a_time
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("tier", ["avx2", "avx512"])
+def test_one_row_of_x_reads_a_large_weight_as_segments_where_the_cpu_prefers_it(tmp_path: Path, monkeypatch,
+                                                                               tier: str):
+    """Where row_segment_reads() holds (Zen 4, or KERNEL_CPU_FORCE=rowsegments), the dot path
+    with up to LINEAR_GEMV_SEGMENT_ROWS rows of x (1) reads a weight of at least
+    LINEAR_GEMV_SEGMENTS_MIN_KIB (here 1 KiB) as segments of rows in lockstep: every output
+    the same k-order sum as the blocks', so exact on exact inputs, fp32 and bf16, with N tails
+    in the segments and past them, one and two threads' shares. A unit whose segment loop drops
+    the bias must go wrong at exactly M = 1 (M = 1-2 with the rows knob at 2), in the segments'
+    rows only; without the force the CPU decides, and KERNEL_CPU_MASK=rowsegments keeps the
+    blocks; a weight under the size bound keeps them too."""
+    knobs = {"LINEAR_GEMV_SEGMENTS_MIN_KIB": "1"}
+    monkeypatch.setenv("KERNEL_CPU_FORCE", "rowsegments")  # read at each unit's first call
+    exact = _linear_unit(tmp_path / "exact", tier, knobs)
+    for dtype in (torch.float32, torch.bfloat16):
+        for n, k in ((4 * 17, 260), (4 * 17 + 3, 300), (9, 77), (130, 4096 + 13)):
+            for m in (1, 2):
+                x, w, b = _case(m, n, k, dtype, seed=n + m)
+                got = _run_packed(exact, x, w, b, packed=False)
+                assert torch.equal(got, _reference(x, w, b)), f"{tier} {dtype} M={m} N={n} K={k}"
+    edit = {"x, w + (r0 + i) * k, bias != nullptr ? bias + r0 + i : nullptr, R,":
+            "x, w + (r0 + i) * k, static_cast<const T*>(nullptr), R,"}
+    mutant = _linear_unit(tmp_path / "mutant", tier, knobs, edit)
+    two = _linear_unit(tmp_path / "two", tier, {**knobs, "LINEAR_GEMV_SEGMENT_ROWS": "2"}, edit)
+    n, k = 4 * 40 + 3, 300  # each of two threads' shares: segments of rows, then a narrower block
+
+    def segmented(lib, rows: tuple[int, ...] = (1, 2, 3), k: int = k) -> list[int]:
+        """The M whose outputs lost their bias (where the segments ran)."""
+        ran = []
+        for m in rows:
+            x, w, b = _case(m, n, k, torch.float32, seed=m)
+            if not torch.equal(_run_packed(lib, x, w, b, packed=False), _reference(x, w, b)):
+                ran.append(m)
+        return ran
+
+    assert segmented(mutant) == [1], "segments under the rows knob 1"
+    assert segmented(two) == [1, 2], "segments under the rows knob 2"
+    x, w, b = _case(1, n, k, torch.float32, seed=5)
+    wrong = (_run_packed(mutant, x, w, b, packed=False) != _reference(x, w, b))[0]
+    assert 0 < int(wrong.sum()) < n, "only the segments' rows, not the blocks past them"
+    small = _linear_unit(tmp_path / "small", tier, {"LINEAR_GEMV_SEGMENTS_MIN_KIB": "1024"}, edit)
+    assert segmented(small, (1,)) == [], "a weight under the size bound took segments"
+    monkeypatch.delenv("KERNEL_CPU_FORCE")
+    by_cpu = segmented(fresh_copy(mutant, "default"), (1,))
+    assert by_cpu == ([1] if row_segments_by_default() else []), f"{cpu_model()}: segments at M = {by_cpu}"
+    monkeypatch.setenv("KERNEL_CPU_MASK", "rowsegments")
+    assert segmented(fresh_copy(mutant, "masked"), (1,)) == [], "KERNEL_CPU_MASK=rowsegments kept the segments"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("tier, knob, rows, takes", [
     ("avx512", "LINEAR_GEMV_ROWS_FEW", 6, {torch.float32: (2, 3, 4, 7, 8), torch.bfloat16: (2, 3, 4, 7, 8)}),
     ("avx2", "LINEAR_GEMV_ROWS_FEW_AVX2", 2, {torch.float32: (), torch.bfloat16: (4,)})])
@@ -409,8 +460,8 @@ def test_dot_path_takes_its_other_blocks_at_exactly_their_rows(tmp_path: Path, m
     the same edit changes nothing. KERNEL_CPU_MASK=rowstream keeps 16-bit weights off the
     one-row-at-a-time loop where the CPU would take it (Zen 5)."""
     monkeypatch.setenv("KERNEL_CPU_MASK", "rowstream")  # read at the unit's first call
-    edit = {"wr[r] = w + std::min<int64_t>(r, nb - 1) * k;":
-            "wr[r] = w + std::min<int64_t>(R == LINEAR_GEMV_ROWS ? r : 0, nb - 1) * k;"}
+    edit = {"wr[r] = w + std::min<int64_t>(r, nb - 1) * seg * k;":
+            "wr[r] = w + std::min<int64_t>(R == LINEAR_GEMV_ROWS ? r : 0, nb - 1) * seg * k;"}
     mutant = _linear_unit(tmp_path / "other", tier, {}, edit)
     four = _linear_unit(tmp_path / "four", tier, {knob: "4"}, edit)
     n = 6 * 11 + 5  # 71: a narrower last block of either width
