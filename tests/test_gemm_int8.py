@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from fixtures_kernels import GEMM_PACKAGE, assert_prefetch_hint_moved, compile_tier_unit, dtype_code, fresh_copy
 from kernel_harness.correctness import compare_outputs
-from kernel_harness.cpu import cpu_flags, cpu_model, has_isa, row_streams_by_default
+from kernel_harness.cpu import cpu_flags, cpu_model, has_isa, row_segments_by_default, row_streams_by_default
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.scaffold import ScaffoldOptions, plan_project
 
@@ -388,6 +388,44 @@ def test_avx512_decode_reads_the_weight_rows_in_turn_within_the_knobs(tmp_path: 
     assert by_cpu == row_streams_by_default(), f"{cpu_model()}, {where}: rows in turn {by_cpu}"
     monkeypatch.setenv("KERNEL_CPU_MASK", "rowstream")
     assert torch.equal(_run_unit(fresh_copy(mutant, "masked"), x, q, s), ref), "KERNEL_CPU_MASK=rowstream"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tier", ["avx2", "avx512"])
+def test_decode_reads_the_weight_as_segments_where_the_cpu_prefers_it(tmp_path: Path, monkeypatch, tier: str):
+    """Where row_segment_reads() holds (Zen 4, or KERNEL_CPU_FORCE=rowsegments), decode blocks with
+    up to LINEAR_INT8_SEGMENT_ROWS rows of x (1) read each thread's channels as four runs in
+    lockstep: exact (the outputs the float64 reference rounds to), bf16 and fp32, with N tails in
+    the runs and past them. A unit that zeroes the output of every first-run channel must go
+    wrong at M = 1 in those channels only, stay exact at M = 2 and with the rows knob at 0;
+    without the force the CPU decides, and KERNEL_CPU_MASK=rowsegments keeps the tiles."""
+    monkeypatch.setenv("KERNEL_CPU_FORCE", "rowsegments")  # read at each unit's first call
+    call = "r0 + i, kLiNR, seg, n, k, panel,\n                   acc);"
+    mutation = {call: call + " out[m0 * n + r0 + i] = T{};"}
+    mutant = _int8_unit(tmp_path / "on", tier, {}, mutation)
+    off = _int8_unit(tmp_path / "off", tier, {"LINEAR_INT8_SEGMENT_ROWS": "0"}, mutation)
+    gen = torch.Generator().manual_seed(9)
+
+    def case(m: int, n: int, k: int, dtype: torch.dtype):
+        x = torch.randn(m, k, generator=gen).to(dtype)
+        q = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=gen)
+        s = 0.01 * torch.rand(n, generator=gen) + 0.001
+        return x, q, s, (x.double() @ (q.double() * s.double()[:, None]).T).to(dtype)
+
+    for n in (4 * 17, 4 * 17 + 3, 9, 130):
+        for dtype in (torch.bfloat16, torch.float32):
+            x, q, s, ref = case(1, n, 2048 + 96, dtype)
+            assert torch.equal(_run_unit(off, x, q, s), ref), f"N={n} {dtype}: tiles"
+            wrong = (_run_unit(mutant, x, q, s) != ref)[0]
+            assert 0 < int(wrong.sum()) < n, f"N={n} {dtype}: {int(wrong.sum())} channels of the first runs wrong"
+    x2, q2, s2, ref2 = case(2, 130, 2048 + 96, torch.bfloat16)
+    assert torch.equal(_run_unit(mutant, x2, q2, s2), ref2), "M = 2 read segments"
+    x, q, s, ref = case(1, 130, 2048 + 96, torch.bfloat16)
+    monkeypatch.delenv("KERNEL_CPU_FORCE")
+    by_cpu = not torch.equal(_run_unit(fresh_copy(mutant, "default"), x, q, s), ref)
+    assert by_cpu == row_segments_by_default(), f"{cpu_model()}: segments {by_cpu}"
+    monkeypatch.setenv("KERNEL_CPU_MASK", "rowsegments")
+    assert torch.equal(_run_unit(fresh_copy(mutant, "masked"), x, q, s), ref), "KERNEL_CPU_MASK=rowsegments"
 
 
 # ---------------------------------------------------------------- the procedure's strict check, through the CLI
