@@ -405,7 +405,8 @@ def test_one_row_of_x_reads_a_large_weight_as_segments_where_the_cpu_prefers_it(
     in the segments and past them, one and two threads' shares. A unit whose segment loop drops
     the bias must go wrong at exactly M = 1 (M = 1-2 with the rows knob at 2), in the segments'
     rows only; without the force the CPU decides, and KERNEL_CPU_MASK=rowsegments keeps the
-    blocks; a weight under the size bound keeps them too."""
+    blocks; a weight under the size bound keeps them too, and so does fp32 in the avx512 unit
+    (its loop lost that way)."""
     knobs = {"LINEAR_GEMV_SEGMENTS_MIN_KIB": "1"}
     monkeypatch.setenv("KERNEL_CPU_FORCE", "rowsegments")  # read at each unit's first call
     exact = _linear_unit(tmp_path / "exact", tier, knobs)
@@ -425,14 +426,17 @@ def test_one_row_of_x_reads_a_large_weight_as_segments_where_the_cpu_prefers_it(
         """The M whose outputs lost their bias (where the segments ran)."""
         ran = []
         for m in rows:
-            x, w, b = _case(m, n, k, torch.float32, seed=m)
+            x, w, b = _case(m, n, k, dtype, seed=m)
             if not torch.equal(_run_packed(lib, x, w, b, packed=False), _reference(x, w, b)):
                 ran.append(m)
         return ran
 
+    dtype = torch.float32
+    assert segmented(mutant) == ([] if tier == "avx512" else [1]), "fp32: segments in the avx2 unit only"
+    dtype = torch.bfloat16
     assert segmented(mutant) == [1], "segments under the rows knob 1"
     assert segmented(two) == [1, 2], "segments under the rows knob 2"
-    x, w, b = _case(1, n, k, torch.float32, seed=5)
+    x, w, b = _case(1, n, k, dtype, seed=5)
     wrong = (_run_packed(mutant, x, w, b, packed=False) != _reference(x, w, b))[0]
     assert 0 < int(wrong.sum()) < n, "only the segments' rows, not the blocks past them"
     small = _linear_unit(tmp_path / "small", tier, {"LINEAR_GEMV_SEGMENTS_MIN_KIB": "1024"}, edit)
