@@ -340,8 +340,8 @@ def time_case(case: FloorCase,
     in_cache = (small, large) if probe else None
     if probe:
         result = _with_in_cache_rate(result, probe, floor, small, large, seed)
-    rates = [case.nbytes / statistics.median(r) for r in floor.rounds if r]
-    spread = round(max(rates) / min(rates), 3) if rates else None
+    rates = [case.nbytes / statistics.median(r) for r in floor.rounds]  # every round holds calls_per_round >= 1
+    spread = round(max(rates) / min(rates), 3)
     groups = phase_rounds(rates)
     phases = [_phase(case.nbytes, kernel, floor, group, probe, in_cache, seed) for group in groups] \
         if len(groups) > 1 else []
