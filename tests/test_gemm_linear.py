@@ -416,13 +416,13 @@ def test_one_row_of_x_reads_a_large_weight_as_segments_where_the_cpu_prefers_it(
                 x, w, b = _case(m, n, k, dtype, seed=n + m)
                 got = _run_packed(exact, x, w, b, packed=False)
                 assert torch.equal(got, _reference(x, w, b)), f"{tier} {dtype} M={m} N={n} K={k}"
-    edit = {"x, w + (r0 + i) * k, bias != nullptr ? bias + r0 + i : nullptr, R,":
-            "x, w + (r0 + i) * k, static_cast<const T*>(nullptr), R,"}
+    edit = {"x, w + (r0 + i) * k, bias != nullptr ? bias + r0 + i : nullptr,":
+            "x, w + (r0 + i) * k, static_cast<const T*>(nullptr),"}
     mutant = _linear_unit(tmp_path / "mutant", tier, knobs, edit)
     two = _linear_unit(tmp_path / "two", tier, {**knobs, "LINEAR_GEMV_SEGMENT_ROWS": "2"}, edit)
     n, k = 4 * 40 + 3, 300  # each of two threads' shares: segments of rows, then a narrower block
 
-    def segmented(lib, rows: tuple[int, ...] = (1, 2, 3), k: int = k) -> list[int]:
+    def segmented(lib, rows: tuple[int, ...] = (1, 2, 3), dtype: torch.dtype = torch.bfloat16) -> list[int]:
         """The M whose outputs lost their bias (where the segments ran)."""
         ran = []
         for m in rows:
@@ -431,12 +431,11 @@ def test_one_row_of_x_reads_a_large_weight_as_segments_where_the_cpu_prefers_it(
                 ran.append(m)
         return ran
 
-    dtype = torch.float32
-    assert segmented(mutant) == ([] if tier == "avx512" else [1]), "fp32: segments in the avx2 unit only"
-    dtype = torch.bfloat16
+    fp32 = segmented(mutant, dtype=torch.float32)
+    assert fp32 == ([] if tier == "avx512" else [1]), "fp32: segments in the avx2 unit only"
     assert segmented(mutant) == [1], "segments under the rows knob 1"
     assert segmented(two) == [1, 2], "segments under the rows knob 2"
-    x, w, b = _case(1, n, k, dtype, seed=5)
+    x, w, b = _case(1, n, k, torch.bfloat16, seed=5)
     wrong = (_run_packed(mutant, x, w, b, packed=False) != _reference(x, w, b))[0]
     assert 0 < int(wrong.sum()) < n, "only the segments' rows, not the blocks past them"
     small = _linear_unit(tmp_path / "small", tier, {"LINEAR_GEMV_SEGMENTS_MIN_KIB": "1024"}, edit)
