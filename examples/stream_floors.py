@@ -97,8 +97,9 @@ def linear_int8_cases(kernel, llc: int) -> list:
     x = torch.randn(1, K).bfloat16()
     calls = [lambda w=w: kernel.linear_int8(x, w, scales, None) for w in weights]
 
-    def call_on(rows: int):
-        w, s = torch.randint(-127, 128, (rows, K), dtype=torch.int8), scales[:rows].clone()
+    def call_on(rows: int):  # rows may exceed N: the probe's size follows the last-level cache
+        w = torch.randint(-127, 128, (rows, K), dtype=torch.int8)
+        s = (0.02 / 127) * (1.0 + 0.1 * torch.rand(rows))
         return lambda: kernel.linear_int8(x, w, s, None)
 
     probe = _probe(call_on, llc, K, 64)

@@ -42,8 +42,8 @@ TIERS = ("generic", "avx2", "avx512")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # (M, N, K): tails in every dimension (not multiples of 6, 8, 12, 16 or 32),
 # decode sizes, M just above the micro-kernel's MR, N narrower than one panel.
-# On a CPU with AMX, bf16 from M = 5 takes the AMX path: M = 7 to 100 its one-pass
-# path, (300, 70, 77) its L2-packed one with the rows split between threads.
+# On a CPU with AMX, bf16 from M = 5 takes the AMX path: M = 7 to 100 its fused
+# path, (300, 70, 77) its K-blocked one with the rows split between threads.
 # M = 4 to 6 on a packed fp32 weight take the AVX2 unit's two-pass wide tile, whose
 # chunks of 128 k-steps end inside K = 300 and 129, and whose last panel is narrower at N = 45.
 SHAPES = ((1, 1, 1), (1, 37, 7), (2, 33, 4096 + 13), (4, 64, 256), (5, 45, 300), (6, 40, 129), (7, 97, 129),
@@ -574,7 +574,7 @@ def test_bad_inputs_are_refused_with_clear_messages(kernel):
 
 def test_dispatch_picks_the_best_tier_at_every_listed_m(kernel, monkeypatch):
     """The dispatcher's rule for linear (see README): bf16 runs the best tier this CPU has at
-    every M, except from M = 160 with the plain weight on a CPU with AMX (oneDNN's AMX GEMM);
+    every M (on a CPU with AMX too: its AMX path ran ahead of oneDNN's from M = 128 to 1024);
     fp32 from M = 32 (and M x K >= 32768) on an Intel CPU runs the generic tier, MKL's GEMM
     (M = 128 on an Ice Lake: 19.7 ms against the avx512 tier's 27.2 and the avx2 tier's 44.1;
     on a Zen 5 EPYC MKL took 25.0 ms against avx512's 18.3, so elsewhere fp32 stays ours),
@@ -582,13 +582,9 @@ def test_dispatch_picks_the_best_tier_at_every_listed_m(kernel, monkeypatch):
     monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
     monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
     best = kernel.available_tiers()[-1]
-    amx = best == "avx512" and has_isa("amx")
-    for m in (1, 4, 15, 16, 31, 32, 128, 1024):
+    for m in (1, 4, 15, 16, 31, 32, 128, 160, 1024):
         x, w = torch.empty(m, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
-        # with AMX, oneDNN's AMX GEMM from 160 rows (plain weight); a packed weight stays ours.
-        # No rule for AVX512-BF16 without AMX: its tiles beat oneDNN on weights from memory
-        library = amx and m >= 160
-        assert kernel.dispatch_tier("linear", x, w) == ("generic" if library else best), m
+        assert kernel.dispatch_tier("linear", x, w) == best, m
         assert kernel.dispatch_tier("linear", x, kernel.prepack(w)) == best, m
         expected = "generic" if m >= 32 and _MKL_FAST else best
         assert kernel.dispatch_tier("linear", x.float(), w.float()) == expected, m
@@ -725,7 +721,9 @@ for m, n, k_ in SHAPES:
 big = torch.empty(1024, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
 torch.save({"out": out, "tier_1024": k.dispatch_tier("linear", *big)}, sys.argv[2])
 """
-_AMX_SHAPES = ((5, 33, 70), (33, 130, 4096 + 13), (300, 70, 77))
+# M = 5 and 33: the fused path; 300 and 200 the K-blocked one (rows split between threads),
+# 200 with three blocks of K (128 + 128 + 2 steps: sums parked between them) and a strip of 8 rows
+_AMX_SHAPES = ((5, 33, 70), (33, 130, 4096 + 13), (300, 70, 77), (200, 40, 8192 + 45))
 # the dot path's M (below the AMX rows), K with and without a tail of pairs and of vectors; enough
 # long sums that another summation order moves some bf16 roundings (~1 output in 1000 at K = 4096)
 _DOT_SHAPES = ((1, 4096, 4096), (4, 2048, 4096 + 13), (2, 8192, 4096), (2, 65, 77), (3, 9, 31))
@@ -824,13 +822,13 @@ def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_ke
     """bf16 on the avx512 tier, with AMX and with KERNEL_CPU_MASK=amx (the FMA paths), each in a
     fresh process (the unit reads the mask once): both within the fp32-sum bound of float64 on
     continuous data, plain and packed weight alike, and their bits differ (TDPBF16PS sums in
-    another order, so the AMX path did run); the mask also lifts the AMX library rule."""
+    another order, so the AMX path did run); bf16 stays on the avx512 tier at M = 1024 either way."""
     if not has_isa("amx"):
         pytest.skip(skip_reason("amx"))
     if not has_isa("avx512"):
         pytest.skip(skip_reason("avx512"))
     results = run_probe(linear_kernel_dir, tmp_path, _AMX_SHAPES, ("", "amx"))
-    assert results[""]["tier_1024"] == "generic" and results["amx"]["tier_1024"] == "avx512"
+    assert results[""]["tier_1024"] == "avx512" and results["amx"]["tier_1024"] == "avx512"
     assert_tiled_path_ran(results, "", "amx", "AMX")
 
 

@@ -354,3 +354,26 @@ def test_script_times_a_built_package_against_its_floor(gemm_kernel_dir: Path, t
     assert row["in_cache_gbs"] is None or (row["in_cache_gbs"] > 0 and row["best_ratio"] > 0)
     # three rounds cannot hold two phases of three: the floor's spread is reported, no split
     assert row["phases"] == [] and row["floor_spread"] >= 1.0
+
+
+def test_the_int8_probe_holds_more_rows_than_the_weight_on_a_large_last_level_cache(monkeypatch):
+    """On a 480 MiB L3 (a Xeon with AMX) the probe's quarter of the cache is 30720 int8 rows of
+    K = 4096, more than the N = 4096 the streamed case has: its scales must follow its rows (a
+    slice of the case's scales stopped the script there with a shape error)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stream_floors_script", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "copies_for", lambda nbytes, llc: 2)
+    calls = []
+
+    class Kernel:
+        def linear_int8(self, x, w, scales, bias):
+            assert scales.shape == (w.shape[0],), (tuple(scales.shape), tuple(w.shape))
+            calls.append(w.shape[0])
+
+    ((case, _),) = script.linear_int8_cases(Kernel(), llc=96 << 20)
+    case.in_cache.large()
+    case.in_cache.small()
+    assert calls[0] > script.N and calls == [calls[0], calls[0] // 4]
