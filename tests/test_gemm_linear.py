@@ -461,8 +461,9 @@ def test_dot_path_takes_its_other_blocks_at_exactly_their_rows(tmp_path: Path, m
     at exactly those M, in exactly the other rows' outputs (full blocks and the narrower last one,
     fp32 and bf16, K with a tail), and stay exact at every other M up to 9. With the knob at 4
     the same edit changes nothing. KERNEL_CPU_MASK=rowstream keeps 16-bit weights off the
-    one-row-at-a-time loop where the CPU would take it (Zen 5)."""
-    monkeypatch.setenv("KERNEL_CPU_MASK", "rowstream")  # read at the unit's first call
+    one-row-at-a-time loop where the CPU would take it (Zen 5), and amx keeps bf16 from M = 5 on
+    the dot path where the CPU has AMX (its AMX path runs there otherwise)."""
+    monkeypatch.setenv("KERNEL_CPU_MASK", "rowstream,amx")  # read at the unit's first call
     edit = {"wr[r] = w + std::min<int64_t>(r, nb - 1) * seg * k;":
             "wr[r] = w + std::min<int64_t>(R == LINEAR_GEMV_ROWS ? r : 0, nb - 1) * seg * k;"}
     mutant = _linear_unit(tmp_path / "other", tier, {}, edit)
