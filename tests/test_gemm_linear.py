@@ -724,7 +724,8 @@ torch.save({"out": out, "tier_1024": k.dispatch_tier("linear", *big)}, sys.argv[
 """
 # M = 5 and 33: the fused path; 300 and 200 the K-blocked one (rows split between threads),
 # 200 with three blocks of K (128 + 128 + 2 steps: sums parked between them) and a strip of 8 rows
-_AMX_SHAPES = ((5, 33, 70), (33, 130, 4096 + 13), (300, 70, 77), (200, 40, 8192 + 45))
+_AMX_SHAPES = ((5, 33, 4096 + 70), (33, 130, 4096 + 13), (300, 70, 77), (200, 40, 8192 + 45))
+
 # the dot path's M (below the AMX rows), K with and without a tail of pairs and of vectors; enough
 # long sums that another summation order moves some bf16 roundings (~1 output in 1000 at K = 4096)
 _DOT_SHAPES = ((1, 4096, 4096), (4, 2048, 4096 + 13), (2, 8192, 4096), (2, 65, 77), (3, 9, 31))
@@ -831,6 +832,44 @@ def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_ke
     results = run_probe(linear_kernel_dir, tmp_path, _AMX_SHAPES, ("", "amx"))
     assert results[""]["tier_1024"] == "avx512" and results["amx"]["tier_1024"] == "avx512"
     assert_tiled_path_ran(results, "", "amx", "AMX")
+
+
+_DENORMAL_PROBE = """
+import pathlib, sys, torch, kernels
+k = kernels.get_local_kernel(pathlib.Path(sys.argv[1]))
+out = {}
+for m, n, k_ in SHAPES:
+    # x subnormal (2^-130), w 2^100: each product 2^-30. TDPBF16PS reads subnormal
+    # inputs as zero, so the AMX path gives 0 where the FMA paths give k_ * 2^-30
+    x = torch.full((m, k_), 2.0**-130).bfloat16()
+    w = torch.full((n, k_), 2.0**100).bfloat16()
+    out[(m, n, k_)] = (k.linear(x, w), k.linear(x, k.prepack(w)))
+torch.save(out, sys.argv[2])
+"""
+
+
+def test_amx_path_leaves_calls_below_its_minimum_work_to_the_fma_paths(linear_kernel_dir: Path, tmp_path: Path):
+    """bf16 from M = 5 takes the AMX path only from LINEAR_AMX_MIN_WORK (65536) multiply-adds: the
+    AMX unit sleeps when idle, and a tiny call paid its wake-up (9 x 31 x 17: 6.95 us after 1 ms
+    without tiles against 4.64 on the FMA path). With subnormal x the two paths differ in every
+    output (TDPBF16PS reads subnormals as zero), so the bits tell which one ran, plain and packed."""
+    if not has_isa("amx"):
+        pytest.skip(skip_reason("amx"))
+    if not has_isa("avx512"):
+        pytest.skip(skip_reason("avx512"))
+    small, large = (9, 31, 17), (5, 33, 4096)  # 4743 and 675840 multiply-adds
+    script = tmp_path / "denormal.py"
+    script.write_text(_DENORMAL_PROBE.replace("SHAPES", repr((small, large))))
+    env = {key: v for key, v in os.environ.items() if key not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
+    dest = tmp_path / "out.pt"
+    run = subprocess.run([sys.executable, str(script), str(linear_kernel_dir), str(dest)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = torch.load(dest)
+    for got in out[small]:
+        assert torch.equal(got.float(), torch.full_like(got.float(), 17 * 2.0**-30)), "the AMX path ran below its work"
+    for got in out[large]:
+        assert not bool(got.float().any()), "above LINEAR_AMX_MIN_WORK the FMA paths ran, not the AMX path"
 
 
 def test_the_side_by_side_sweep_runs_every_tier_with_the_weight_from_memory(linear_kernel_dir: Path,
