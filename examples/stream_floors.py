@@ -90,16 +90,21 @@ def linear_cases(kernel, llc: int) -> list:
     return cases
 
 
+def _int8_scales(rows: int) -> torch.Tensor:
+    """Per-channel scales of an int8 weight whose values span +-127: outputs of order one."""
+    return (0.02 / 127) * (1.0 + 0.1 * torch.rand(rows))
+
+
 def linear_int8_cases(kernel, llc: int) -> list:
     nbytes = N * K
     weights = [torch.randint(-127, 128, (N, K), dtype=torch.int8) for _ in range(copies_for(nbytes, llc))]
-    scales = (0.02 / 127) * (1.0 + 0.1 * torch.rand(N))
+    scales = _int8_scales(N)
     x = torch.randn(1, K).bfloat16()
     calls = [lambda w=w: kernel.linear_int8(x, w, scales, None) for w in weights]
 
     def call_on(rows: int):  # rows may exceed N: the probe's size follows the last-level cache
         w = torch.randint(-127, 128, (rows, K), dtype=torch.int8)
-        s = (0.02 / 127) * (1.0 + 0.1 * torch.rand(rows))
+        s = _int8_scales(rows)
         return lambda: kernel.linear_int8(x, w, s, None)
 
     probe = _probe(call_on, llc, K, 64)

@@ -731,11 +731,11 @@ _AMX_SHAPES = ((5, 33, 4096 + 70), (33, 130, 4096 + 13), (300, 70, 77), (200, 40
 _DOT_SHAPES = ((1, 4096, 4096), (4, 2048, 4096 + 13), (2, 8192, 4096), (2, 65, 77), (3, 9, 31))
 
 
-def run_probe(kernel_dir: Path, tmp_path: Path, shapes: tuple, masks: tuple[str, ...]) -> dict:
-    """bf16 linear on continuous data in a fresh process per KERNEL_CPU_MASK (the unit reads the
-    mask once): per mask, the saved inputs and outputs (plain and packed weight) per shape."""
+def run_probe(kernel_dir: Path, tmp_path: Path, shapes: tuple, masks: tuple[str, ...], probe: str = _PROBE) -> dict:
+    """A probe script (by default _PROBE: bf16 linear on continuous data) in a fresh process per
+    KERNEL_CPU_MASK (the unit reads the mask once): per mask, what the script saved for ``shapes``."""
     script = tmp_path / "probe.py"
-    script.write_text(_PROBE.replace("SHAPES", repr(shapes)))
+    script.write_text(probe.replace("SHAPES", repr(shapes)))
     results = {}
     for mask in masks:
         env = {key: v for key, v in os.environ.items() if key not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
@@ -858,14 +858,7 @@ def test_amx_path_leaves_calls_below_its_minimum_work_to_the_fma_paths(linear_ke
     if not has_isa("avx512"):
         pytest.skip(skip_reason("avx512"))
     small, large = (9, 31, 17), (5, 33, 4096)  # 4743 and 675840 multiply-adds
-    script = tmp_path / "denormal.py"
-    script.write_text(_DENORMAL_PROBE.replace("SHAPES", repr((small, large))))
-    env = {key: v for key, v in os.environ.items() if key not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
-    dest = tmp_path / "out.pt"
-    run = subprocess.run([sys.executable, str(script), str(linear_kernel_dir), str(dest)], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = torch.load(dest)
+    out = run_probe(linear_kernel_dir, tmp_path, (small, large), ("",), probe=_DENORMAL_PROBE)[""]
     for got in out[small]:
         assert torch.equal(got.float(), torch.full_like(got.float(), 17 * 2.0**-30)), "the AMX path ran below its work"
     for got in out[large]:
