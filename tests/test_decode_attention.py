@@ -358,3 +358,18 @@ def test_analyze_op_gives_decode_advice(script, tmp_path):
     assert "new_kernel.py --op decode_attention" in steps and "grouped-query" in steps
     assert {"online-softmax-merge", "bf16-correct-rounding"} <= set(report["references"])
     assert "(batch, kv head)" in report["strategy"]["threading"]["axis"]
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
+def test_avx512_bodies_call_no_memcpy(attn_kernel_dir: Path):
+    """The avx512 unit widens a row's D tail by masked loads (load_wide_tail). As a copy into a
+    zeroed buffer it was a memcpy call, around which GCC spilled and reloaded every live zmm
+    register: with D = 24 a call took 4.2 us against the AVX2 unit's 3.5 (README, issue 21). The
+    unit is compiled on every x86 machine, so this holds where AVX512 cannot run too."""
+    from kernel_harness.build.machine_code import calls_by_function
+
+    libraries = sorted(attn_kernel_dir.glob("build/torch*/**/*.so"))
+    assert libraries, f"no built library under {attn_kernel_dir}/build"
+    calls = calls_by_function(libraries[0], f"{NS}::avx512::decode_attention")
+    assert calls, "no avx512 decode_attention function in the library"
+    assert not [name for name, callees in calls.items() if "memcpy@plt" in callees], calls

@@ -1,4 +1,4 @@
-"""What the built library holds: prefetch instructions per tier namespace.
+"""What the built library holds: prefetch instructions per tier namespace, and calls per function.
 
 A prefetch knob changes timings only if the compiler kept the prefetch. GCC 12
 at -O2/-O3 deletes calls to a function whose only effect is
@@ -30,13 +30,8 @@ def prefetch_counts(library: Path, mnemonic: str = "prefetch") -> dict[str, int]
     "other"); None when objdump (binutils) is not installed or cannot read it.
     ``mnemonic`` narrows the count to one kind (``"prefetchnta"``: the
     non-temporal hints only; the default counts every prefetch)."""
-    objdump = shutil.which("objdump")
-    if objdump is None:
-        return None
-    try:
-        listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(library)], check=True,
-                                 capture_output=True, text=True, timeout=300).stdout
-    except (OSError, subprocess.SubprocessError):
+    listing = _disassembly(library)
+    if listing is None:
         return None
     counts = {"avx2": 0, "avx512": 0, "other": 0}
     tier = "other"
@@ -46,6 +41,38 @@ def prefetch_counts(library: Path, mnemonic: str = "prefetch") -> dict[str, int]
         elif f"\t{mnemonic}" in line:
             counts[tier] += 1
     return counts
+
+
+def _disassembly(library: Path, demangle: bool = False) -> str | None:
+    """objdump's listing of ``library``; None when binutils is missing or cannot read it."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return None
+    try:
+        return subprocess.run([objdump, "-d", "--no-show-raw-insn", *(["-C"] if demangle else []), str(library)],
+                              check=True, capture_output=True, text=True, timeout=300).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def calls_by_function(library: Path, name_part: str) -> dict[str, set[str]] | None:
+    """The functions each function of ``library`` whose demangled name contains
+    ``name_part`` calls (``memcpy@plt``, ``omp_get_thread_num@plt``, ...); None
+    without objdump. A library call inside a vector loop costs more than the
+    call: GCC spills the live vector registers around it (see load_wide_tail in
+    the avx512 unit), so tests use this to keep such calls out of hot bodies."""
+    listing = _disassembly(library, demangle=True)
+    if listing is None:
+        return None
+    calls: dict[str, set[str]] = {}
+    current: set[str] | None = None
+    for line in listing.splitlines():
+        if line.endswith(">:"):
+            name = line[line.index("<") + 1:-2]
+            current = calls.setdefault(name, set()) if name_part in name else None
+        elif current is not None and "\tcall" in line and "<" in line:
+            current.add(line[line.rindex("<") + 1:line.rindex(">")])
+    return calls
 
 
 def cached_prefetch_counts(library: Path, cache: Path) -> dict[str, int] | None:
