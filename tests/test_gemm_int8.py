@@ -201,12 +201,24 @@ def test_bad_inputs_name_the_parameter(kernel):
 
 def test_dispatcher_picks_the_best_tier_the_package_allows(kernel, monkeypatch):
     """Unforced, the op runs on the highest tier whose full feature set this CPU has
-    (the avx512 tier's: AVX512 F/BW/VL/DQ)."""
+    (the avx512 tier's: AVX512 F/BW/VL/DQ) from 4096 multiply-adds (kLinearInt8Avx512MinWork);
+    below that the avx2 unit, which was faster there side by side (same bits). A forced tier
+    runs at any size, and the query checks the inputs as a call does."""
     monkeypatch.delenv("KERNEL_CPU_ISA", raising=False)
     monkeypatch.delenv("KERNEL_CPU_MASK", raising=False)
-    x, q = torch.randn(1, 64), torch.zeros(64, 64, dtype=torch.int8)
-    expected = [t for t in TIERS if has_isa(t)][-1]
-    assert kernel.dispatch_tier("linear_int8", x, q) == expected
+    best = [t for t in TIERS if has_isa(t)][-1]
+    for m, n, k in ((1, 64, 64), (2, 3, 4096), (16, 64, 64)):  # 4096 multiply-adds and more
+        x, q = torch.randn(m, k), torch.zeros(n, k, dtype=torch.int8)
+        assert kernel.dispatch_tier("linear_int8", x, q) == best, (m, n, k)
+    small = best if best != "avx512" else "avx2"
+    for m, n, k in ((3, 7, 13), (1, 63, 64), (5, 3, 1)):
+        x, q = torch.randn(m, k), torch.zeros(n, k, dtype=torch.int8)
+        assert kernel.dispatch_tier("linear_int8", x, q) == small, (m, n, k)
+        assert kernel.dispatch_tier("linear_int8", x.bfloat16(), q, torch.ones(n)) == small
+    monkeypatch.setenv("KERNEL_CPU_ISA", best)
+    assert kernel.dispatch_tier("linear_int8", torch.randn(3, 13), torch.zeros(7, 13, dtype=torch.int8)) == best
+    with pytest.raises(RuntimeError, match=r"qweight must have shape \[N, K\] with K = 13"):
+        kernel.dispatch_tier("linear_int8", torch.randn(3, 13), torch.zeros(7, 12, dtype=torch.int8))
 
 
 # ---------------------------------------------------------------- the AVX512 body on AVX512 CPUs without BF16

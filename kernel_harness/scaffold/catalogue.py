@@ -126,6 +126,7 @@ CATALOGUE: dict[str, OpSpec] = {
             "linear_int8(x, qweight, scales, bias=None, out=None)",
             "linear_int8.op",
             1,
+            dispatch_query=True,  # below kLinearInt8Avx512MinWork multiply-adds the avx2 unit runs
         ),
         OpSpec(
             "decode_attention",
