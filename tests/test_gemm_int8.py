@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -487,3 +488,37 @@ def test_analyser_advises_the_int8_patterns():
                              name="linear_int8")
     assert {"int8-dequant-gemm", "int8-dequant-gemm-avx2-exact"} <= set(strategy["references"])
     assert any("linear_int8" in step for step in strategy["steps"])
+
+
+def test_tiny_sweep_times_both_units_and_names_the_dispatchers_pick(int8_kernel_dir: Path, tmp_path: Path):
+    """examples/linear_int8/tiny_sweep.py re-measures kLinearInt8Avx512MinWork: both units side by
+    side per shape, the ratio with its interval, a verdict only outside it, and the dispatcher's
+    pick (avx2 below 4096 multiply-adds, avx512 from there). Without the avx512 tier it says it
+    has nothing to compare (exit 2); a malformed shape is a usage error."""
+    script = EXAMPLE / "tiny_sweep.py"
+    out = tmp_path / "tiny.json"
+    env = {key: v for key, v in os.environ.items() if key not in ("KERNEL_CPU_ISA", "KERNEL_CPU_MASK")}
+    run = subprocess.run([sys.executable, str(script), str(int8_kernel_dir), "--shapes", "3x7x13,9x31x17",
+                          "--dtypes", "fp32", "--rounds", "3", "--calls", "5", "--json", str(out)],
+                         capture_output=True, text=True, timeout=300, env=env)
+    if not has_isa("avx512"):
+        assert run.returncode == 2 and "nothing to compare" in run.stdout, run.stdout + run.stderr
+        return
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(out.read_text())
+    assert report["cpu"] and report["threads"] >= 1 and report["pinned"] is False
+    assert [(r["shape"], r["multiply_adds"]) for r in report["rows"]] == [("3x7x13", 273), ("9x31x17", 4743)]
+    assert [r["dispatcher_pick"] for r in report["rows"]] == ["avx2", "avx512"]
+    for row in report["rows"]:
+        assert row["median_us"]["avx2"] > 0 and row["median_us"]["avx512"] > 0
+        assert row["ci_low"] <= row["avx512_over_avx2"] <= row["ci_high"]
+        value = row["avx512_over_avx2"]  # the interval reaches the 5 % floor on each side
+        assert row["ci_low"] <= value / 1.05 + 1e-12 and row["ci_high"] >= value * 1.05 - 1e-12
+        assert row["faster"] in (None, "avx2", "avx512")
+        assert row["faster"] != "avx2" or row["ci_low"] > 1.0
+        assert row["pick_verdict"] in ("ok", "violation", "undecided", "noise")
+        if row["pick_verdict"] == "violation":  # only where the whole interval says the other unit is faster
+            assert row["faster"] not in (None, row["dispatcher_pick"])
+    bad = subprocess.run([sys.executable, str(script), str(int8_kernel_dir), "--shapes", "3x7"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode == 2 and "--shapes: '3x7' is not MxNxK" in bad.stderr
