@@ -23,8 +23,21 @@ from rich.console import Console
 from .atomic import atomic_write_json
 from .errors import ExitCode, HarnessError
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+#: Columns for output that is not a terminal (a log, a pipe an agent reads):
+#: rich would give it 80 and cut a table's numbers to "7.58-…".
+LOG_WIDTH = 160
+
+
+def console_width(stream: Any) -> int | None:
+    """The width for a console on ``stream``: rich's own choice for a terminal or
+    when COLUMNS says, LOG_WIDTH for anything else."""
+    if os.environ.get("COLUMNS") or stream.isatty():
+        return None
+    return LOG_WIDTH
+
+
+console = Console(highlight=False, width=console_width(sys.stdout))
+err_console = Console(stderr=True, highlight=False, width=console_width(sys.stderr))
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:

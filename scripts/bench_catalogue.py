@@ -74,13 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"It runs {', '.join(available)}: pass one of those, all, or auto.[/red]")
         write_json_report(args.json, {**report, "load_average": os.getloadavg()[0], "rows": []})
         return 2
-    # no vertical rules, no padding, short headers: the eight columns fit an 80-column terminal
+    # no vertical rules, no padding, short headers: the columns nearly fit an 80-column
+    # terminal, and a narrower one folds a number onto a second line rather than cut it
     table = Table(title=f"Catalogue kernels vs PyTorch eager (times in us), --tier {args.tier}", box=box.SIMPLE_HEAD,
                   padding=(0, 0), show_edge=False,
                   caption=f"{machine}, {torch.get_num_threads()} threads, PyTorch eager on {eager}")
     for column in ("op dtype shape", "torch", "ours", "speedup", "95% CI", "GB/s", "/floor", "95% CI", "tier"):
         first = column == "op dtype shape"
-        table.add_column(column, justify="left" if first else "right", no_wrap=first)
+        table.add_column(column, justify="left" if first else "right", no_wrap=first, overflow="fold")
     rows = []
     for case in cases:
         for tier in plan.measured:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import types
 
 import pytest
@@ -177,3 +180,17 @@ def test_bench_catalogue_with_an_eager_cap_starts_once_and_still_checks_its_flag
     assert result.returncode == 2
     assert "--ops" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "k").exists()
+
+
+def test_console_gives_logs_the_room_their_tables_need():
+    """Captured output (an agent's log) once came out 80 columns wide, which cut the
+    benchmark tables' intervals to "7.58-…": a console on a pipe is LOG_WIDTH wide,
+    and COLUMNS still decides where it is set."""
+    probe = "from kernel_harness.cli import console, LOG_WIDTH; print(console.width, LOG_WIDTH)"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    width, log_width = map(int, out.stdout.split())
+    assert width == log_width >= 120
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env={**env, "COLUMNS": "100"}, check=True)
+    assert int(out.stdout.split()[0]) == 100
