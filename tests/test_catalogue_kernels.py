@@ -468,11 +468,46 @@ def test_avx512_unit_loops_test_cpu_answers_without_a_static_guard(request, pack
     directory = request.getfixturevalue(f"{package}_kernel_dir")
     library = next(Path(directory).glob("build/*/*.so"))
     symbols = subprocess.run(["nm", "-C", str(library)], capture_output=True, text=True, check=True).stdout
-    guarded = re.findall(r"guard variable for (.*::avx512::.*)$", symbols, flags=re.MULTILINE)
+    guarded = re.findall(r"guard variable for (.*::avx(?:2|512)::.*)$", symbols, flags=re.MULTILINE)
     allowed = re.compile(r"_table<[^>]*>\(\)::table$|::[wxc]buf$")  # c: the AMX path's parked sums
     assert guarded, "no guard variable at all: the tables' or buffers' names changed, update this test"
     not_allowed = [name for name in guarded if not allowed.search(name)]
-    assert not_allowed == [], f"function-local statics in the avx512 unit besides tables and buffers: {not_allowed}"
+    assert not_allowed == [], f"function-local statics in the SIMD units besides tables and buffers: {not_allowed}"
+
+
+GATHER_CHILD = """
+import os, sys, torch, kernels
+from pathlib import Path
+kernel = kernels.get_local_kernel(Path(sys.argv[1]))
+gen = torch.Generator().manual_seed(3)
+x = (torch.randn(7, 2 * 4133, generator=gen) * 3).bfloat16()
+x[0, :6] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, -7.0, 1e-39])
+torch.save({op: getattr(kernel, op)(x) for op in ("silu_and_mul", "gelu_and_mul")}, sys.argv[2])
+"""
+
+
+def test_avx2_lookups_by_gather_and_by_loads_agree_bit_for_bit(catalogue_kernel_dir, tmp_path):
+    """Where gathers are fast (AMX in CPUID) the avx2 unit's bf16 lookups take half their
+    values by one (vlookup_pair_bits<true>); KERNEL_CPU_MASK=gather sends them back to scalar
+    loads. The outputs must not depend on which: the same bits, tails and special lanes
+    included (the choice is made once per process, so each run is a child)."""
+    if not has_isa("avx2"):
+        pytest.skip("this CPU cannot run the avx2 tier")
+    from kernel_harness.cpu import _detected_flags
+
+    if "amx_tile" not in _detected_flags():
+        pytest.skip("no AMX in CPUID: fast_gathers() is false here, so both runs would take scalar loads")
+    outputs = []
+    for mask in ("", "gather"):
+        env = {**os.environ, "KERNEL_CPU_ISA": "avx2", "KERNEL_CPU_MASK": mask}
+        path = tmp_path / f"out_{mask or 'gather'}.pt"
+        run = subprocess.run([sys.executable, "-c", GATHER_CHILD, str(catalogue_kernel_dir), str(path)],
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        outputs.append(torch.load(path))
+    for op in outputs[0]:
+        a, b = (o[op].view(torch.int16) for o in outputs)
+        assert torch.equal(a, b), f"{op}: {(a != b).sum().item()} outputs differ between gathers and scalar loads"
 
 
 def test_dispatch_tier_reads_the_knob_at_each_call(kernel, monkeypatch):
