@@ -14,6 +14,7 @@ pytest processes from building the same directory at once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -30,7 +31,8 @@ from kernel_harness.cpu import has_isa, skip_reason
 from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, plan_project, write_project
 
-__all__ = ["CATALOGUE_PACKAGE", "GEMM_OPS", "GEMM_PACKAGE", "build_catalogue_kernel", "catalogue_kernel_dir",
+__all__ = ["CATALOGUE_PACKAGE", "GEMM_OPS", "GEMM_PACKAGE", "build_cached_package", "build_catalogue_kernel",
+           "catalogue_kernel_dir",
            "compile_tier_unit", "dtype_code", "edited_unit", "force_tier", "fresh_copy", "gemm_kernel_dir"]
 
 CATALOGUE_PACKAGE = "harness_catalogue"
@@ -79,8 +81,15 @@ def package_digest(options: ScaffoldOptions, build_command: str) -> str:
         digest.update(rel.encode() + b"\0" + plan.files[rel].encode() + b"\0")
     for path in _builder_fingerprint():
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(build_command.encode() + b"\0" + torch.__version__.encode() + sys.version.encode())
+    digest.update(portable_command(build_command).encode() + b"\0" + torch.__version__.encode() + sys.version.encode())
     return digest.hexdigest()[:16]
+
+
+def portable_command(command: str) -> str:
+    """The build command with this checkout's paths put back as the config's placeholders:
+    expanded, it names the checkout's scripts and interpreter, so every fresh clone (CI's)
+    would hash differently and rebuild packages whose content, builder included, is the same."""
+    return command.replace(str(SCRIPTS_DIR), "{scripts}").replace(sys.executable, "{python}")
 
 
 def catalogue_digest(build_command: str) -> str:
@@ -88,16 +97,16 @@ def catalogue_digest(build_command: str) -> str:
     return package_digest(catalogue_options(Path("unused")), build_command)
 
 
-def build_cached_package(make_options, what: str) -> Path:
+def build_cached_package(make_options, what: str, prefix: str = "") -> Path:
     """Generate and build the package ``make_options(directory)`` describes, or reuse the
-    cached build of the same content; return its directory."""
+    cached build of the same content (``CACHE_ROOT / (prefix + digest)``); return its directory."""
     if not (SCRIPTS_DIR / "build_kernel.py").is_file():
         pytest.skip(
             "scripts/build_kernel.py does not exist yet, so the kernel cannot be built; "
             "the C++ tests need the builder."
         )
     config = load_config()
-    digest = package_digest(make_options(Path("unused")), config.build_command)
+    digest = prefix + package_digest(make_options(Path("unused")), config.build_command)
     directory = CACHE_ROOT / digest
     with exclusive_lock(CACHE_ROOT / f"{digest}.lock"):
         if (directory / _DONE_MARKER).is_file():
@@ -204,15 +213,45 @@ def compile_tier_unit(plan, package: str, tier: str, wrapper: str, directory: Pa
     ns = f"{package}_cpu"
     flags = tomllib.loads(plan.files["build.toml"])["kernel"][f"{ns}_{tier}"]["cxx-flags"]
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{package}_tiers.hpp").write_text(plan.files[f"{ns}/{package}_tiers.hpp"])
-    (directory / "cpu_features.hpp").write_text(plan.files[f"{ns}/cpu_features.hpp"])
-    unit = edited_unit(plan.files[f"{ns}/{package}_{tier}.cpp"], knobs or {}, edits or {})
-    (directory / "unit.cpp").write_text(unit)
-    (directory / "wrap.cpp").write_text(f'#include "{package}_tiers.hpp"\n{wrapper}\n')
+    sources = {
+        f"{package}_tiers.hpp": plan.files[f"{ns}/{package}_tiers.hpp"],
+        "cpu_features.hpp": plan.files[f"{ns}/cpu_features.hpp"],
+        "unit.cpp": edited_unit(plan.files[f"{ns}/{package}_{tier}.cpp"], knobs or {}, edits or {}),
+        "wrap.cpp": f'#include "{package}_tiers.hpp"\n{wrapper}\n',
+    }
+    for name, text in sources.items():
+        (directory / name).write_text(text)
+    command = ["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", "unit.so"]
     lib = directory / "unit.so"
-    subprocess.run(["g++", "-std=c++20", "-O2", "-fPIC", "-shared", *flags, "unit.cpp", "wrap.cpp", "-o", str(lib)],
-                   cwd=directory, check=True, capture_output=True, timeout=600)
+    shutil.copyfile(_compiled_unit(sources, command, directory), lib)  # a path of its own: its own dlopen handle
     return ctypes.CDLL(str(lib))
+
+
+def _compiled_unit(sources: dict[str, str], command: list[str], directory: Path) -> Path:
+    """unit.so of ``command`` run in ``directory`` (which holds ``sources``), from the cache of
+    units (under CACHE_ROOT, by a hash of the sources, the command and the compiler) or
+    compiled there and cached: a tier unit takes 6-9 s to compile here, and the suite
+    compiles some forty (mutants and knob settings) that are the same from run to run."""
+    digest = hashlib.sha256()
+    for name, text in sorted(sources.items()):
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    digest.update("\0".join(command).encode() + b"\0" + _compiler_version().encode())
+    cached = CACHE_ROOT / "units" / f"{digest.hexdigest()[:24]}.so"
+    if cached.is_file():
+        return cached
+    subprocess.run(command, cwd=directory, check=True, capture_output=True, timeout=600)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(f"{cached.name}.{os.getpid()}.part")
+    shutil.copyfile(directory / "unit.so", partial)
+    os.replace(partial, cached)  # whole or absent, if two sessions compile the same unit
+    return cached
+
+
+@functools.cache
+def _compiler_version() -> str:
+    """g++'s version line (a new compiler compiles every unit again)."""
+    proc = subprocess.run(["g++", "--version"], capture_output=True, text=True, timeout=60)
+    return proc.stdout.splitlines()[0] if proc.stdout else ""
 
 
 def assert_prefetch_hint_moved(l1_lib, l2_lib, tier: str, knob: str) -> None:

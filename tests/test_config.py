@@ -38,6 +38,16 @@ def test_shipped_config_loads_and_expands_placeholders():
     assert "--force-reinstall" in config.install_command
 
 
+def test_cached_test_builds_are_keyed_by_the_command_not_the_checkout():
+    # The suite's built packages are cached by content; the expanded build command names this
+    # checkout's scripts and interpreter, which a fresh clone (CI's) changes without changing
+    # what gets built.
+    from fixtures_kernels import portable_command
+
+    config = load_config(DEFAULT_CONFIG_PATH)
+    assert portable_command(config.build_command) == yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())["build_command"]
+
+
 def test_env_var_points_at_another_file(tmp_path, monkeypatch):
     path = write(tmp_path, {**VALID, "max_trials": 3})
     monkeypatch.setenv("KERNEL_HARNESS_CONFIG", str(path))

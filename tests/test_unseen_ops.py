@@ -12,10 +12,7 @@ benchmark_cpu.py fails with exit 1 and one line per unfinished body.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -23,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_kernels import compile_tier_unit
-from kernel_harness.atomic import atomic_write_text, exclusive_lock
+from fixtures_kernels import build_cached_package, compile_tier_unit
 from kernel_harness.errors import UsageError
 from kernel_harness.scaffold import ScaffoldOptions, plan_project
 from kernel_harness.scaffold.bodies import splice_bodies
@@ -160,44 +156,15 @@ def test_generated_package_validates_with_only_the_unwritten_bodies(script, tmp_
 # ---------------------------------------------------------------- built once, shared
 
 
-CACHE_ROOT = Path(os.environ.get("KERNEL_HARNESS_TEST_CACHE", Path.home() / ".cache" / "kernel_harness" / "test-kernels"))
-
-
 @pytest.fixture(scope="session")
 def unseen_kernel_dir() -> Path:
     """The eight ops in one package, generated and built once (cached by content)."""
-    from kernel_harness.config import load_config
-    from kernel_harness.scaffold.from_baseline import signature_from_baseline as from_baseline
+    signatures = tuple(signature_from_baseline(DATA / f"{op}.py", op) for op in OPS)
 
-    import torch
+    def options(directory: Path) -> ScaffoldOptions:
+        return ScaffoldOptions(ops=OPS, name=PACKAGE, directory=directory, force=True, signatures=signatures)
 
-    config = load_config()
-    options = ScaffoldOptions(ops=OPS, name=PACKAGE, directory=Path("unused"), force=True,
-                              signatures=tuple(from_baseline(DATA / f"{op}.py", op) for op in OPS))
-    plan = plan_project(options)
-    digest = hashlib.sha256()
-    for rel in sorted(plan.files):
-        digest.update(rel.encode() + b"\0" + plan.files[rel].encode() + b"\0")
-    build_pkg = Path(__file__).resolve().parent.parent / "kernel_harness" / "build"
-    for path in sorted(build_pkg.glob("*.py")):
-        digest.update(path.read_bytes())
-    digest.update(config.build_command.encode() + torch.__version__.encode() + sys.version.encode())
-    directory = CACHE_ROOT / f"unseen-{digest.hexdigest()[:16]}"
-    with exclusive_lock(CACHE_ROOT / f"unseen-{digest.hexdigest()[:16]}.lock"):
-        if (directory / ".harness-build-ok").is_file():
-            return directory
-        if directory.exists():
-            shutil.rmtree(directory)
-        from kernel_harness.scaffold import write_project
-
-        plan.directory = directory
-        write_project(plan, force=True)
-        proc = subprocess.run(config.build_command, shell=True, cwd=directory, capture_output=True,
-                              text=True, timeout=30 * 60)
-        if proc.returncode != 0:
-            pytest.fail(f"building {directory} failed:\n{(proc.stdout + proc.stderr)[-6000:]}", pytrace=False)
-        atomic_write_text(directory / ".harness-build-ok", config.build_command + "\n")
-    return directory
+    return build_cached_package(options, "the unseen-op package", prefix="unseen-")
 
 
 CALL_EVERY_SET = textwrap.dedent("""
