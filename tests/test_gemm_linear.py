@@ -834,6 +834,48 @@ def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_ke
     assert_tiled_path_ran(results, "", "amx", "AMX")
 
 
+_IN_PLACE_PROBE = """
+import pathlib, sys, torch, kernels
+k = kernels.get_local_kernel(pathlib.Path(sys.argv[1]))
+gen = torch.Generator().manual_seed(12)
+out = {}
+for m, n, k_ in SHAPES:
+    x = torch.randn(m, k_, generator=gen).bfloat16()
+    w = torch.randn(n, k_, generator=gen).bfloat16()
+    b = torch.randn(n, generator=gen).bfloat16()
+    # the same weight starting 2 bytes past a 64-byte line: its rows cannot be tiles in place
+    shifted = torch.empty(n * k_ + 1, dtype=torch.bfloat16)[1:].view(n, k_)
+    shifted.copy_(w)
+    out[(m, n, k_)] = (x, w, b, k.linear(x, w, b), k.linear(x, shifted, b), k.linear(x, k.prepack(w), b))
+torch.save(out, sys.argv[2])
+"""
+# K a multiple of 32, so lin_amx_rows reads the plain weight's rows as tiles in place: a last panel of
+# 4 rows (copied) and a strip of 8 rows; three blocks of K (sums parked between them); strips split
+# between threads
+_IN_PLACE_SHAPES = ((40, 100, 4096), (20, 64, 8192 + 64), (300, 96, 256))
+
+
+def test_amx_path_gives_the_same_bits_from_the_weight_in_place_copied_or_packed(linear_kernel_dir: Path,
+                                                                                 tmp_path: Path):
+    """On a CPU with AMX the plain bf16 weight's rows are TDPBF16PS's first operand as they are
+    (lin_amx_rows) where K is a multiple of 32 and the weight starts on a 64-byte line; a weight
+    two bytes off a line goes through a copy, prepack's panels through lin_amx. All three sum the
+    same pairs in the same order, so their bits must agree, within the fp32-sum bound, and differ
+    from the FMA paths' (KERNEL_CPU_MASK=amx), so the AMX paths did run."""
+    if not has_isa("amx"):
+        pytest.skip(skip_reason("amx"))
+    if not has_isa("avx512"):
+        pytest.skip(skip_reason("avx512"))
+    results = run_probe(linear_kernel_dir, tmp_path, _IN_PLACE_SHAPES, ("", "amx"), probe=_IN_PLACE_PROBE)
+    differs = False
+    for shape, (x, w, b, in_place, shifted, packed) in results[""].items():
+        assert_within_fp32_sum_bound(x, w, b, in_place, f"AMX in place {shape}")
+        assert torch.equal(in_place, shifted), f"{shape}: the copied weight gave other bits than in place"
+        assert torch.equal(in_place, packed), f"{shape}: prepack's panels gave other bits than the plain weight"
+        differs |= not torch.equal(in_place, results["amx"][shape][3])
+    assert differs, "AMX and FMA results were bit-equal everywhere: the AMX path did not run"
+
+
 _DENORMAL_PROBE = """
 import pathlib, sys, torch, kernels
 k = kernels.get_local_kernel(pathlib.Path(sys.argv[1]))

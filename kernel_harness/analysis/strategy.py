@@ -131,8 +131,10 @@ def gemm_path(dtype: str, m: int | None, machine: MachineProfile) -> tuple[str, 
     if dtype == "bf16" and amx and (m is None or m >= AMX_MIN_M):
         return "amx-brgemm", (f"M {'>= ' + str(AMX_MIN_M) if m is None else '= ' + str(m)}: AMX bf16 tiles via "
                               "at::native::cpublas::brgemm, or hand-written tile code as in the catalogue's linear "
-                              "(templates/ops/linear.op, lin_amx: 32 x 32 blocks in four TDPBF16PS "
-                              "accumulators, the weight converted to VNNI tiles per k-step)")
+                              "(templates/ops/linear.op, lin_amx_rows: 32 x 32 blocks in four TDPBF16PS "
+                              "accumulators; a plain [N, K] weight's rows are the first operand in place, x's "
+                              "rows transposed once into k-pairs, the sums stored transposed; the weight made "
+                              "the k-pair operand instead, converted per step, took 1.10-1.26x the time at M = 5-128)")
     if dtype == "bf16" and machine.has_flag("avx512_bf16"):
         path, why = "avx512-bf16-dot", (
             f"M = {m} < {AMX_MIN_M}: a GEMV-like shape; AMX tiles would be mostly empty, "
