@@ -718,7 +718,10 @@ for m, n, k_ in SHAPES:
     x = torch.randn(m, k_, generator=gen).bfloat16()
     w = torch.randn(n, k_, generator=gen).bfloat16()
     b = torch.randn(n, generator=gen).bfloat16()
-    out[(m, n, k_)] = (x, w, b, k.linear(x, w, b), k.linear(x, k.prepack(w), b))
+    # the same weight starting 2 bytes past a 64-byte line (AMX cannot read its rows as tiles in place)
+    shifted = torch.empty(n * k_ + 1, dtype=torch.bfloat16)[1:].view(n, k_)
+    shifted.copy_(w)
+    out[(m, n, k_)] = (x, w, b, k.linear(x, w, b), k.linear(x, k.prepack(w), b), k.linear(x, shifted, b))
 big = torch.empty(1024, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
 torch.save({"out": out, "tier_1024": k.dispatch_tier("linear", *big)}, sys.argv[2])
 """
@@ -763,8 +766,8 @@ def assert_tiled_path_ran(results: dict, path_mask: str, fma_mask: str, path: st
     every output within the fp32-sum bound, the path's bits the same from the plain and the packed
     weight (both are converted to the same blocks), and other bits than the FMA paths', so it ran."""
     differs = False
-    for shape, (x, w, b, plain, packed) in results[path_mask]["out"].items():
-        fma_plain, fma_packed = results[fma_mask]["out"][shape][3:]
+    for shape, (x, w, b, plain, packed, _) in results[path_mask]["out"].items():
+        fma_plain, fma_packed = results[fma_mask]["out"][shape][3:5]
         for got, what in ((plain, f"{path} plain"), (packed, f"{path} packed"), (fma_plain, "fma plain"),
                           (fma_packed, "fma packed")):
             assert_within_fp32_sum_bound(x, w, b, got, f"{what} {shape}")
@@ -786,8 +789,8 @@ def test_bf16_dot_path_takes_vdpbf16ps_where_the_cpu_has_it(linear_kernel_dir: P
         pytest.skip("this CPU lacks avx512_bf16 (the FMA dot path runs there, tested by the exact-input tests)")
     results = run_probe(linear_kernel_dir, tmp_path, _DOT_SHAPES, ("", "avx512bf16"))
     differs = {"plain": False, "packed": False}
-    for shape, (x, w, b, plain, packed) in results[""]["out"].items():
-        fma_plain, fma_packed = results["avx512bf16"]["out"][shape][3:]
+    for shape, (x, w, b, plain, packed, _) in results[""]["out"].items():
+        fma_plain, fma_packed = results["avx512bf16"]["out"][shape][3:5]
         for got, what in ((plain, "vdpbf16ps plain"), (packed, "vdpbf16ps packed"), (fma_plain, "fma plain"),
                           (fma_packed, "fma packed")):
             assert_within_fp32_sum_bound(x, w, b, got, f"{what} {shape}")
@@ -834,21 +837,6 @@ def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_ke
     assert_tiled_path_ran(results, "", "amx", "AMX")
 
 
-_IN_PLACE_PROBE = """
-import pathlib, sys, torch, kernels
-k = kernels.get_local_kernel(pathlib.Path(sys.argv[1]))
-gen = torch.Generator().manual_seed(12)
-out = {}
-for m, n, k_ in SHAPES:
-    x = torch.randn(m, k_, generator=gen).bfloat16()
-    w = torch.randn(n, k_, generator=gen).bfloat16()
-    b = torch.randn(n, generator=gen).bfloat16()
-    # the same weight starting 2 bytes past a 64-byte line: its rows cannot be tiles in place
-    shifted = torch.empty(n * k_ + 1, dtype=torch.bfloat16)[1:].view(n, k_)
-    shifted.copy_(w)
-    out[(m, n, k_)] = (x, w, b, k.linear(x, w, b), k.linear(x, shifted, b), k.linear(x, k.prepack(w), b))
-torch.save(out, sys.argv[2])
-"""
 # K a multiple of 32, so lin_amx_rows reads the plain weight's rows as tiles in place: a last panel of
 # 4 rows (copied) and a strip of 8 rows; three blocks of K (sums parked between them); strips split
 # between threads
@@ -866,13 +854,13 @@ def test_amx_path_gives_the_same_bits_from_the_weight_in_place_copied_or_packed(
         pytest.skip(skip_reason("amx"))
     if not has_isa("avx512"):
         pytest.skip(skip_reason("avx512"))
-    results = run_probe(linear_kernel_dir, tmp_path, _IN_PLACE_SHAPES, ("", "amx"), probe=_IN_PLACE_PROBE)
+    results = run_probe(linear_kernel_dir, tmp_path, _IN_PLACE_SHAPES, ("", "amx"))
     differs = False
-    for shape, (x, w, b, in_place, shifted, packed) in results[""].items():
+    for shape, (x, w, b, in_place, packed, shifted) in results[""]["out"].items():
         assert_within_fp32_sum_bound(x, w, b, in_place, f"AMX in place {shape}")
         assert torch.equal(in_place, shifted), f"{shape}: the copied weight gave other bits than in place"
         assert torch.equal(in_place, packed), f"{shape}: prepack's panels gave other bits than the plain weight"
-        differs |= not torch.equal(in_place, results["amx"][shape][3])
+        differs |= not torch.equal(in_place, results["amx"]["out"][shape][3])
     assert differs, "AMX and FMA results were bit-equal everywhere: the AMX path did not run"
 
 
