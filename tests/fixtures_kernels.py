@@ -32,8 +32,8 @@ from kernel_harness.paths import PROJECT_ROOT, SCRIPTS_DIR
 from kernel_harness.scaffold import CATALOGUE, ScaffoldOptions, plan_project, write_project
 
 __all__ = ["CATALOGUE_PACKAGE", "GEMM_OPS", "GEMM_PACKAGE", "build_cached_package", "build_catalogue_kernel",
-           "catalogue_kernel_dir",
-           "compile_tier_unit", "dtype_code", "edited_unit", "force_tier", "fresh_copy", "gemm_kernel_dir"]
+           "catalogue_kernel_dir", "compile_tier_unit", "dtype_code", "edited_unit", "force_tier", "fresh_copy",
+           "gemm_kernel_dir"]
 
 CATALOGUE_PACKAGE = "harness_catalogue"
 CACHE_ROOT = Path(os.environ.get("KERNEL_HARNESS_TEST_CACHE", Path.home() / ".cache" / "kernel_harness" / "test-kernels"))
@@ -76,13 +76,20 @@ def package_digest(options: ScaffoldOptions, build_command: str) -> str:
     import torch
 
     plan = plan_project(options)
+    files = [(rel, plan.files[rel].encode()) for rel in sorted(plan.files)]
+    files += [(path.name, path.read_bytes()) for path in _builder_fingerprint()]
+    tail = portable_command(build_command).encode() + b"\0" + torch.__version__.encode() + sys.version.encode()
+    return _content_digest(files, tail)[:16]
+
+
+def _content_digest(files: list[tuple[str, bytes]], tail: bytes) -> str:
+    """sha256 (hex) of named contents, each name and content closed by a NUL, then ``tail``:
+    the cache key of a built package and of a compiled tier unit alike."""
     digest = hashlib.sha256()
-    for rel in sorted(plan.files):
-        digest.update(rel.encode() + b"\0" + plan.files[rel].encode() + b"\0")
-    for path in _builder_fingerprint():
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(portable_command(build_command).encode() + b"\0" + torch.__version__.encode() + sys.version.encode())
-    return digest.hexdigest()[:16]
+    for name, content in files:
+        digest.update(name.encode() + b"\0" + content + b"\0")
+    digest.update(tail)
+    return digest.hexdigest()
 
 
 def portable_command(command: str) -> str:
@@ -232,11 +239,9 @@ def _compiled_unit(sources: dict[str, str], command: list[str], directory: Path)
     units (under CACHE_ROOT, by a hash of the sources, the command and the compiler) or
     compiled there and cached: a tier unit takes 6-9 s to compile here, and the suite
     compiles some forty (mutants and knob settings) that are the same from run to run."""
-    digest = hashlib.sha256()
-    for name, text in sorted(sources.items()):
-        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
-    digest.update("\0".join(command).encode() + b"\0" + _compiler_version().encode())
-    cached = CACHE_ROOT / "units" / f"{digest.hexdigest()[:24]}.so"
+    digest = _content_digest([(name, text.encode()) for name, text in sorted(sources.items())],
+                             "\0".join(command).encode() + b"\0" + _compiler_version().encode())
+    cached = CACHE_ROOT / "units" / f"{digest[:24]}.so"
     if cached.is_file():
         return cached
     subprocess.run(command, cwd=directory, check=True, capture_output=True, timeout=600)
