@@ -837,7 +837,7 @@ def test_amx_path_runs_where_the_cpu_has_amx_and_the_mask_turns_it_off(linear_ke
     assert_tiled_path_ran(results, "", "amx", "AMX")
 
 
-# K a multiple of 32, so lin_amx_rows reads the plain weight's rows as tiles in place: a last panel of
+# K a multiple of 32, so lin_amx's rows route reads the plain weight's rows as tiles in place: a last panel of
 # 4 rows (copied) and a strip of 8 rows; three blocks of K (sums parked between them); strips split
 # between threads
 _IN_PLACE_SHAPES = ((40, 100, 4096), (20, 64, 8192 + 64), (300, 96, 256))
@@ -846,7 +846,7 @@ _IN_PLACE_SHAPES = ((40, 100, 4096), (20, 64, 8192 + 64), (300, 96, 256))
 def test_amx_path_gives_the_same_bits_from_the_weight_in_place_copied_or_packed(linear_kernel_dir: Path,
                                                                                  tmp_path: Path):
     """On a CPU with AMX the plain bf16 weight's rows are TDPBF16PS's first operand as they are
-    (lin_amx_rows) where K is a multiple of 32 and the weight starts on a 64-byte line; a weight
+    (lin_amx's rows route) where K is a multiple of 32 and the weight starts on a 64-byte line; a weight
     two bytes off a line goes through a copy, prepack's panels through lin_amx. All three sum the
     same pairs in the same order, so their bits must agree, within the fp32-sum bound, and differ
     from the FMA paths' (KERNEL_CPU_MASK=amx), so the AMX paths did run."""

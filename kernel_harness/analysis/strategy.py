@@ -131,7 +131,7 @@ def gemm_path(dtype: str, m: int | None, machine: MachineProfile) -> tuple[str, 
     if dtype == "bf16" and amx and (m is None or m >= AMX_MIN_M):
         return "amx-brgemm", (f"M {'>= ' + str(AMX_MIN_M) if m is None else '= ' + str(m)}: AMX bf16 tiles via "
                               "at::native::cpublas::brgemm, or hand-written tile code as in the catalogue's linear "
-                              "(templates/ops/linear.op, lin_amx_rows: 32 x 32 blocks in four TDPBF16PS "
+                              "(templates/ops/linear.op, lin_amx: 32 x 32 blocks in four TDPBF16PS "
                               "accumulators; a plain [N, K] weight's rows are the first operand in place, x's "
                               "rows transposed once into k-pairs, the sums stored transposed; the weight made "
                               "the k-pair operand instead, converted per step, took 1.10-1.26x the time at M = 5-128)")
